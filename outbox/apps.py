@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class OutboxConfig(AppConfig):
+    """The messaging kernel every bounded context uses."""
+
+    name = "outbox"
+    verbose_name = "Messaging (outbox, inbox, dead letters)"
+
+    def ready(self):
+        from outbox import subscriptions
+
+        subscriptions.autodiscover()

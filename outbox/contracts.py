@@ -1,0 +1,42 @@
+"""Event contracts: each event type is declared once, by the context that publishes it."""
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+_contracts: dict[tuple[str, int], type["Event"]] = {}
+
+
+class Event(BaseModel):
+    """A fact a context publishes; subclass it in that context's `events.py`.
+
+    `type` and `version` are class attributes; the fields are the payload. Instances are
+    immutable and validated on construction, so an invalid payload never reaches the outbox.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: ClassVar[str]
+    version: ClassVar[int] = 1
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs):
+        super().__pydantic_init_subclass__(**kwargs)
+        if "type" not in cls.__dict__:
+            return  # an abstract family of events, not a contract
+        key = (cls.type, cls.version)
+        known = _contracts.get(key)
+        if known is not None and known.__qualname__ != cls.__qualname__:
+            raise TypeError(f"event {cls.type} v{cls.version} is already declared by {known.__module__}")
+        _contracts[key] = cls
+
+
+class Reader(BaseModel):
+    """A subscriber's own view of a payload: just the fields it needs, tolerant of the rest."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+def contracts() -> dict[tuple[str, int], type[Event]]:
+    """Every declared (type, version) and its contract, for the catalog and the routing table."""
+    return dict(sorted(_contracts.items()))

@@ -1,0 +1,108 @@
+"""Dispatch: what the Dramatiq actor behind every subscriber queue does with one message.
+
+In one transaction it records the message in the subscriber's inbox, runs the handler and
+keeps whatever the handler published; a redelivered message finds its inbox row and is
+skipped. A message that can never succeed is dead-lettered at once; one that keeps failing
+is retried with bounded exponential backoff and then dead-lettered. Nothing is acknowledged
+and forgotten.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+from dramatiq.middleware import CurrentMessage
+from pydantic import ValidationError
+
+from outbox.dead_letters import Reason, Rejected, record_dead_letter
+from outbox.envelope import Envelope
+from outbox.models import InboxMessage
+from outbox.publishing import handling
+from outbox.subscriptions import Received, Subscription, subscription
+
+logger = logging.getLogger(__name__)
+
+
+def dispatch(*, subscriber: str, body: Any) -> bool:
+    """Process `body` for `subscriber`; True if the handler ran, False if skipped or dead."""
+    try:
+        envelope = Envelope.model_validate(body)
+    except ValidationError as error:
+        record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_ENVELOPE, error=error)
+        return False
+
+    sub = subscription(subscriber, envelope.type)
+    refusal = _refusal(sub, subscriber, envelope)
+    if refusal:
+        record_dead_letter(subscriber=subscriber, body=body, reason=refusal[0], error=Rejected(*refusal))
+        return False
+    try:
+        payload = sub.read(envelope.payload)
+    except ValidationError as error:
+        record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_PAYLOAD, error=error)
+        return False
+
+    try:
+        return _handle_once(sub, envelope, payload)
+    except Rejected as error:
+        record_dead_letter(subscriber=subscriber, body=body, reason=error.reason, error=error)
+        return False
+    except Exception as error:
+        retries, first_failed_at = _failures_so_far()
+        if retries >= settings.OUTBOX_MAX_RETRIES:
+            record_dead_letter(
+                subscriber=subscriber,
+                body=body,
+                reason=Reason.HANDLER_ERROR,
+                error=error,
+                attempts=retries + 1,
+                first_failed_at=first_failed_at,
+            )
+            return False
+        raise  # Dramatiq's Retries middleware re-enqueues it with backoff
+
+
+def _refusal(sub: Subscription | None, subscriber: str, envelope: Envelope) -> tuple[str, str] | None:
+    if sub is None:
+        return Reason.UNKNOWN_TYPE, f"{subscriber} has no handler for {envelope.type}"
+    if envelope.version not in sub.versions:
+        return Reason.UNSUPPORTED_VERSION, (
+            f"{subscriber} reads {envelope.type} versions {sorted(sub.versions)}, not {envelope.version}"
+        )
+    if envelope.hops > settings.OUTBOX_MAX_HOPS:
+        return Reason.LOOP_DETECTED, f"{envelope.hops} hops exceed OUTBOX_MAX_HOPS={settings.OUTBOX_MAX_HOPS}"
+    return None
+
+
+def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                InboxMessage.objects.create(
+                    subscriber=sub.subscriber,
+                    message_id=envelope.message_id,
+                    type=envelope.type,
+                    correlation_id=envelope.correlation_id,
+                )
+        except IntegrityError:
+            InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
+                duplicates=F("duplicates") + 1
+            )
+            logger.info("%s skipped duplicate %s %s", sub.subscriber, envelope.type, envelope.message_id)
+            return False
+        with handling(envelope):
+            sub.handler(Received(envelope=envelope, payload=payload))
+    return True
+
+
+def _failures_so_far() -> tuple[int, datetime]:
+    """How often this message has been retried, and when it first failed."""
+    message = CurrentMessage.get_current_message()
+    if message is None:  # called directly, outside a worker
+        return settings.OUTBOX_MAX_RETRIES, timezone.now()
+    first = message.options.setdefault("first_failed_at", timezone.now().isoformat())
+    return message.options.get("retries", 0), datetime.fromisoformat(first)

@@ -1,0 +1,116 @@
+"""The kernel's tables: what is to be sent, what was received, what could not be processed."""
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class OutboxMessage(models.Model):
+    """An event appended in the same transaction as the state change it announces."""
+
+    message_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    type = models.CharField(max_length=100, db_index=True)
+    version = models.PositiveIntegerField()
+    occurred_at = models.DateTimeField()
+    correlation_id = models.UUIDField(db_index=True)
+    causation_id = models.UUIDField(null=True, blank=True)
+    stream = models.CharField(max_length=200)
+    sequence = models.PositiveBigIntegerField()
+    hops = models.PositiveIntegerField(default=0)
+    payload = models.JSONField()
+    available_at = models.DateTimeField(help_text="Not relayed before this time (timeouts, retries).")
+    published_at = models.DateTimeField(null=True, blank=True)
+    # A relay leases rows instead of holding locks while it talks to the broker; an expired
+    # lease (a crashed relay) makes the row claimable again.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=64, blank=True)
+    send_attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["available_at", "id"], condition=Q(published_at__isnull=True), name="outbox_pending_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["stream", "sequence"], name="outbox_stream_sequence_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.type} v{self.version} {self.message_id}"
+
+    def envelope(self) -> dict:
+        """The wire form, exactly as DESIGN.md's envelope table."""
+        return {
+            "message_id": str(self.message_id),
+            "type": self.type,
+            "version": self.version,
+            "occurred_at": self.occurred_at.isoformat(),
+            "correlation_id": str(self.correlation_id),
+            "causation_id": str(self.causation_id) if self.causation_id else None,
+            "stream": self.stream,
+            "sequence": self.sequence,
+            "hops": self.hops,
+            "payload": self.payload,
+        }
+
+
+class Stream(models.Model):
+    """The last sequence number handed out per aggregate stream (`drone:7`)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    last_sequence = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self):
+        return f"{self.name}@{self.last_sequence}"
+
+
+class InboxMessage(models.Model):
+    """A message one subscriber has processed; its presence makes a redelivery a no-op."""
+
+    subscriber = models.CharField(max_length=100)
+    message_id = models.UUIDField()
+    type = models.CharField(max_length=100)
+    correlation_id = models.UUIDField(db_index=True)
+    processed_at = models.DateTimeField(auto_now_add=True)
+    duplicates = models.PositiveIntegerField(default=0, help_text="Redeliveries skipped after the first.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["subscriber", "message_id"], name="inbox_subscriber_message_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.subscriber} <- {self.type} {self.message_id}"
+
+
+class DeadLetter(models.Model):
+    """A message a subscriber could not process: kept whole so an operator can replay it."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        REPLAYED = "replayed"
+        DISCARDED = "discarded"
+
+    subscriber = models.CharField(max_length=100)
+    message_id = models.UUIDField(null=True, blank=True)
+    type = models.CharField(max_length=100, blank=True)
+    correlation_id = models.UUIDField(null=True, blank=True, db_index=True)
+    envelope = models.JSONField(help_text="The message as received, even when it was malformed.")
+    reason = models.CharField(max_length=50, db_index=True)
+    exception_type = models.CharField(max_length=200, blank=True)
+    error = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN, db_index=True)
+    replays = models.PositiveIntegerField(default=0)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["subscriber", "message_id"], name="deadletter_subscriber_message_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.subscriber}: {self.type or '?'} ({self.reason})"

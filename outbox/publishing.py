@@ -1,0 +1,78 @@
+"""`publish()`: append an event to the outbox inside the caller's transaction."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from outbox.contracts import Event
+from outbox.envelope import Envelope
+from outbox.models import OutboxMessage, Stream
+
+_handling: ContextVar[Envelope | None] = ContextVar("outbox_handling", default=None)
+
+
+class PublishOutsideTransaction(RuntimeError):
+    """An event published outside `transaction.atomic()` could outlive a rolled-back change."""
+
+
+def publish(
+    event: Event,
+    *,
+    stream: str,
+    correlation_id: UUID | None = None,
+    available_at: datetime | None = None,
+    using: str = "default",
+) -> OutboxMessage:
+    """Append `event` to the outbox; it is relayed once the surrounding transaction commits.
+
+    Inside a handler the new event inherits the handled message's correlation id, names it
+    as its cause and is one hop further from the origin. `available_at` delays relaying,
+    which is how timeouts are scheduled.
+    """
+    if not transaction.get_connection(using).in_atomic_block:
+        raise PublishOutsideTransaction(
+            f"publish({event.type}) must run inside transaction.atomic() together with the state change it announces"
+        )
+    cause = _handling.get()
+    now = timezone.now()
+    return OutboxMessage.objects.using(using).create(
+        type=event.type,
+        version=event.version,
+        occurred_at=now,
+        correlation_id=cause.correlation_id if cause else (correlation_id or uuid4()),
+        causation_id=cause.message_id if cause else None,
+        hops=cause.hops + 1 if cause else 0,
+        stream=stream,
+        sequence=_next_sequence(stream, using=using),
+        payload=event.model_dump(mode="json"),
+        available_at=available_at or now,
+    )
+
+
+def _next_sequence(stream: str, *, using: str) -> int:
+    """Hand out the stream's next number; the row lock orders concurrent publishers."""
+    streams = Stream.objects.using(using)
+    if not streams.filter(name=stream).update(last_sequence=F("last_sequence") + 1):
+        try:
+            with transaction.atomic(using=using):
+                streams.create(name=stream, last_sequence=1)
+            return 1
+        except IntegrityError:  # another transaction created it first
+            streams.filter(name=stream).update(last_sequence=F("last_sequence") + 1)
+    return streams.values_list("last_sequence", flat=True).get(name=stream)
+
+
+@contextmanager
+def handling(envelope: Envelope) -> Iterator[None]:
+    """Mark `envelope` as the cause of whatever is published inside the block."""
+    token = _handling.set(envelope)
+    try:
+        yield
+    finally:
+        _handling.reset(token)

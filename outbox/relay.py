@@ -1,0 +1,204 @@
+"""The relay: hand committed outbox rows to the broker, one copy per subscriber queue.
+
+Rows are *claimed* (a short lease written in its own transaction, `SKIP LOCKED` so several
+relays share the work), sent with the broker's publisher confirms, then marked published.
+No lock or transaction is held while talking to the broker. A relay that dies between
+sending and marking leaves an expiring lease; the rows are sent again and the subscribers'
+inboxes drop the copies. Rows are found by "not yet published", never by a watermark, so a
+transaction that commits late is still relayed.
+"""
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+import dramatiq
+import psycopg
+import redis
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db.models import F, Min, Q
+from django.utils import timezone
+
+from outbox.models import OutboxMessage
+from outbox.subscriptions import message_to, subscribers_of
+
+logger = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "outbox_pending"
+_BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError, OSError)
+
+
+class BrokerUnavailable(Exception):
+    """The broker refused or lost a send; the unsent rows were released for a later try."""
+
+
+class Relay:
+    def __init__(
+        self,
+        *,
+        broker: dramatiq.Broker | None = None,
+        batch_size: int | None = None,
+        lease_seconds: float | None = None,
+    ):
+        self.broker = broker or dramatiq.get_broker()
+        self.batch_size = batch_size or settings.OUTBOX_RELAY_BATCH_SIZE
+        self.lease = timedelta(seconds=lease_seconds or settings.OUTBOX_RELAY_LEASE_SECONDS)
+        self.relayed = 0
+
+    def relay_batch(self) -> int:
+        """Claim, send and mark one batch of due rows; return how many were published."""
+        rows = self.claim_batch()
+        if not rows:
+            return 0
+        sent: list[int] = []
+        try:
+            for row in rows:
+                self.send(row)
+                sent.append(row.id)
+        except _BROKER_ERRORS as error:
+            self.mark_published(sent)
+            unsent = [r.id for r in rows[len(sent) :]]
+            OutboxMessage.objects.filter(id__in=unsent).update(
+                claimed_until=None, claimed_by=""
+            )
+            raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
+        self.mark_published(sent)
+        self.relayed += len(sent)
+        return len(sent)
+
+    def drain(self, stop: threading.Event | None = None) -> int:
+        """Relay batches until fewer than a full batch is due."""
+        total = 0
+        while not (stop and stop.is_set()):
+            count = self.relay_batch()
+            total += count
+            if count < self.batch_size:
+                break
+        return total
+
+    def claim_batch(self) -> list[OutboxMessage]:
+        now = timezone.now()
+        token = uuid.uuid4().hex
+        with transaction.atomic():
+            due = (
+                OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=now)
+                .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+                .order_by("id")
+            )
+            ids = list(due.select_for_update(skip_locked=True).values_list("id", flat=True)[: self.batch_size])
+            if not ids:
+                return []
+            # The claimed_until check makes a claim safe even where SKIP LOCKED is a no-op (SQLite).
+            OutboxMessage.objects.filter(id__in=ids).filter(
+                Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+            ).update(claimed_until=now + self.lease, claimed_by=token, send_attempts=F("send_attempts") + 1)
+        return list(OutboxMessage.objects.filter(claimed_by=token, published_at__isnull=True).order_by("id"))
+
+    def send(self, row: OutboxMessage) -> None:
+        """Enqueue one copy per subscriber; returns once the broker has confirmed each."""
+        envelope = row.envelope()
+        for subscriber in subscribers_of(row.type):
+            self.broker.enqueue(message_to(subscriber, envelope))
+
+    def mark_published(self, ids: list[int]) -> None:
+        if ids:
+            OutboxMessage.objects.filter(id__in=ids).update(published_at=timezone.now(), claimed_until=None)
+
+    def seconds_until_next_due(self) -> float | None:
+        soonest = OutboxMessage.objects.filter(published_at__isnull=True).aggregate(at=Min("available_at"))["at"]
+        if soonest is None:
+            return None
+        return max(0.0, (soonest - timezone.now()).total_seconds())
+
+    def run(
+        self,
+        *,
+        stop: threading.Event,
+        once: bool = False,
+        on_progress: Callable[["Relay"], None] | None = None,
+    ) -> None:
+        """Relay until `stop` is set (or, with `once`, until what is due is sent).
+
+        An outage of the broker or the database is logged once when it starts and once when
+        it ends, and retried with exponential backoff in between.
+        """
+        waiter = _wake_up_waiter(stop)
+        outage_since: float | None = None
+        backoff = 0.5
+        try:
+            while not stop.is_set():
+                try:
+                    self.drain(stop)
+                except (BrokerUnavailable, DatabaseError) as error:
+                    if once:
+                        raise
+                    if outage_since is None:
+                        outage_since = time.monotonic()
+                        logger.warning("relay paused, will retry with backoff: %s", error)
+                    close_old_connections()
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, settings.OUTBOX_RELAY_MAX_BACKOFF_SECONDS)
+                    continue
+                if outage_since is not None:
+                    logger.warning("relay resumed after %.1f s", time.monotonic() - outage_since)
+                    outage_since, backoff = None, 0.5
+                if on_progress:
+                    on_progress(self)
+                if once:
+                    return
+                poll = settings.OUTBOX_RELAY_POLL_SECONDS
+                next_due = self.seconds_until_next_due()
+                waiter(poll if next_due is None else min(poll, next_due))
+        finally:
+            waiter.close()
+
+
+class _Waiter:
+    """Sleeps until the timeout, or until `stop` is set."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+
+    def __call__(self, timeout: float) -> None:
+        self.stop.wait(timeout)
+
+    def close(self) -> None:
+        pass
+
+
+class _NotifyWaiter(_Waiter):
+    """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout."""
+
+    def __init__(self, stop: threading.Event):
+        super().__init__(stop)
+        params = connection.get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(key, None)
+        self.conn = psycopg.connect(**params, autocommit=True)
+        self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+
+    def __call__(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                for _ in self.conn.notifies(timeout=min(left, 0.5), stop_after=1):
+                    return
+        except psycopg.Error:
+            super().__call__(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _wake_up_waiter(stop: threading.Event) -> _Waiter:
+    if connection.vendor != "postgresql":
+        return _Waiter(stop)
+    try:
+        return _NotifyWaiter(stop)
+    except psycopg.Error as error:
+        logger.warning("LISTEN/NOTIFY unavailable, polling instead: %s", error)
+        return _Waiter(stop)

@@ -1,0 +1,129 @@
+"""Who listens to what: `@subscribe` in each context's `handlers.py`, found at start-up.
+
+Every subscriber gets its own Dramatiq queue and actor, so one slow or failing subscriber
+never holds up another. The relay sends one copy of an event to each subscriber's queue.
+"""
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import dramatiq
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules
+from pydantic import BaseModel
+
+from outbox.envelope import Envelope
+
+P = TypeVar("P")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Received(Generic[P]):
+    """What a handler is given: the envelope and the payload read through its own model."""
+
+    envelope: Envelope
+    payload: P
+
+
+@dataclass(frozen=True)
+class Subscription:
+    subscriber: str
+    event_type: str
+    handler: Callable[[Received[Any]], None]
+    reader: type[BaseModel] | None
+    versions: frozenset[int]
+
+    def read(self, payload: dict) -> Any:
+        return self.reader.model_validate(payload) if self.reader else payload
+
+
+_subscriptions: dict[str, dict[str, Subscription]] = {}
+
+
+def subscribe(
+    subscriber: str, event_type: str, *, reader: type[BaseModel] | None = None, versions: tuple[int, ...] = (1,)
+):
+    """Register the decorated function as `subscriber`'s handler for `event_type`.
+
+    `reader` is the subscriber's own model of the payload (a tolerant reader, never the
+    publisher's contract); `versions` are the contract versions the handler understands.
+    """
+    if not _NAME.match(subscriber):
+        raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
+
+    def register(handler):
+        handlers = _subscriptions.setdefault(subscriber, {})
+        known = handlers.get(event_type)
+        if known is not None and known.handler.__qualname__ != handler.__qualname__:
+            raise ValueError(f"{subscriber} already handles {event_type} with {known.handler.__qualname__}")
+        handlers[event_type] = Subscription(subscriber, event_type, handler, reader, frozenset(versions))
+        return handler
+
+    return register
+
+
+def subscription(subscriber: str, event_type: str) -> Subscription | None:
+    return _subscriptions.get(subscriber, {}).get(event_type)
+
+
+def subscribers_of(event_type: str) -> list[str]:
+    return sorted(s for s, handlers in _subscriptions.items() if event_type in handlers)
+
+
+def routing_table() -> dict[str, list[Subscription]]:
+    """Event type -> its subscriptions, the one place that shows the whole choreography."""
+    table: dict[str, list[Subscription]] = {}
+    for handlers in _subscriptions.values():
+        for sub in handlers.values():
+            table.setdefault(sub.event_type, []).append(sub)
+    return {t: sorted(subs, key=lambda s: s.subscriber) for t, subs in sorted(table.items())}
+
+
+def queue_name(subscriber: str) -> str:
+    return f"{settings.OUTBOX_QUEUE_PREFIX}{subscriber}"
+
+
+def actor_name(subscriber: str) -> str:
+    return f"dispatch_to_{subscriber}"
+
+
+def message_to(subscriber: str, envelope: dict) -> dramatiq.Message:
+    """The Dramatiq message that carries `envelope` to `subscriber`'s queue, under the event's id."""
+    return dramatiq.Message(
+        queue_name=queue_name(subscriber),
+        actor_name=actor_name(subscriber),
+        args=(envelope,),
+        kwargs={},
+        options={},
+        message_id=str(envelope.get("message_id")),
+    )
+
+
+def autodiscover() -> None:
+    """Import every installed app's `handlers` module, then give each subscriber its actor."""
+    autodiscover_modules("handlers")
+    declare_actors(dramatiq.get_broker())
+
+
+def declare_actors(broker: dramatiq.Broker) -> None:
+    from outbox.dispatch import dispatch
+
+    for subscriber in sorted(_subscriptions):
+        if actor_name(subscriber) in broker.actors:
+            continue
+
+        def dispatch_to_subscriber(envelope: dict, _subscriber: str = subscriber) -> None:
+            dispatch(subscriber=_subscriber, body=envelope)
+
+        dramatiq.actor(
+            dispatch_to_subscriber,
+            actor_name=actor_name(subscriber),
+            queue_name=queue_name(subscriber),
+            broker=broker,
+            max_retries=settings.OUTBOX_MAX_RETRIES,
+            min_backoff=settings.OUTBOX_MIN_BACKOFF_MS,
+            max_backoff=settings.OUTBOX_MAX_BACKOFF_MS,
+        )

@@ -1,0 +1,1 @@
+"""packages tables (built in issue 3)."""

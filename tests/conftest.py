@@ -1,0 +1,88 @@
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import dramatiq
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from delivery_project.broker import describe
+from outbox.subscriptions import queue_name, routing_table
+
+RUNNING_IN_CI = os.environ.get("CI") == "true"
+
+
+def pytest_report_header(config):
+    db = settings.DATABASES["default"]
+    return [
+        f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db.get('HOST') or ''} {db['NAME']} (tests use a throwaway copy)",
+        f"broker: {describe(settings.BROKER_URL)} (queue prefix {settings.OUTBOX_QUEUE_PREFIX!r}, deleted at the end)",
+    ]
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if RUNNING_IN_CI and skipped:
+        reporter.write_line(f"CI=true: {len(skipped)} skipped test(s) fail the run", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def wait_until(condition: Callable[[], object], *, timeout: float = 30.0, what: str = "condition"):
+    """Poll `condition` until it is truthy; fail with `what` once `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        pause.wait(0.05)
+
+
+@pytest.fixture(scope="session")
+def _broker_queues_deleted_at_end(django_db_setup):
+    broker = dramatiq.get_broker()
+    yield broker
+    delete_run_queues(broker)
+
+
+def delete_run_queues(broker: dramatiq.Broker) -> None:
+    subscribers = {sub.subscriber for subs in routing_table().values() for sub in subs}
+    names = [queue_name(s) for s in subscribers]
+    if hasattr(broker, "channel"):  # RabbitMQ
+        from dramatiq.common import dq_name, xq_name
+
+        for name in names:
+            for queue in (name, dq_name(name), xq_name(name)):
+                broker.channel.queue_delete(queue)
+    elif hasattr(broker, "client"):  # Redis
+        for key in broker.client.scan_iter(f"{broker.namespace}*"):
+            broker.client.delete(key)
+    broker.close()
+
+
+@pytest.fixture
+def broker(_broker_queues_deleted_at_end):
+    broker = _broker_queues_deleted_at_end
+    broker.flush_all()
+    yield broker
+    broker.flush_all()
+
+
+@pytest.fixture
+def worker(broker, transactional_db):
+    """A real Dramatiq worker consuming every subscriber queue, in this process."""
+    worker = dramatiq.Worker(broker, worker_threads=8, worker_timeout=100)
+    worker.start()
+    yield worker
+    worker.stop(timeout=10_000)

@@ -1,0 +1,79 @@
+"""Dispatch through a real worker: exactly-once effect, retries, and dead letters."""
+
+import pytest
+from django.conf import settings
+
+from outbox.models import DeadLetter, InboxMessage
+from tests.conftest import wait_until
+from tests.outbox.conftest import envelope
+from tests.probe.models import Effect
+
+pytestmark = pytest.mark.integration
+
+
+def effects(subscriber: str, **filters) -> int:
+    return Effect.objects.filter(subscriber=subscriber, **filters).count()
+
+
+def test_the_same_message_delivered_twice_takes_effect_once(worker, deliver):
+    body = envelope()
+    deliver("probe_a", body)
+    deliver("probe_a", body)
+
+    wait_until(lambda: InboxMessage.objects.filter(message_id=body["message_id"], duplicates=1).exists(),
+               what="the second copy to be skipped")
+    assert effects("probe_a", message_id=body["message_id"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"payload": {"n": "not a number"}}, "invalid_payload"),
+        ({"type": "probe.unheard_of"}, "unknown_type"),
+        ({"version": 9}, "unsupported_version"),
+        ({"hops": 99}, "loop_detected"),
+        ({"message_id": "not-a-uuid"}, "invalid_envelope"),
+    ],
+)
+def test_an_unacceptable_message_is_dead_lettered_at_once(worker, deliver, broker, overrides, reason):
+    deliver("probe_a", envelope(**overrides))
+
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="a dead letter")
+    broker.join(f"{settings.OUTBOX_QUEUE_PREFIX}probe_a", timeout=10_000)
+    worker.join()
+    letter.refresh_from_db()
+    assert (letter.reason, letter.attempts, letter.status) == (reason, 1, "open")
+    assert letter.envelope["type"] == overrides.get("type", "probe.pinged")
+    assert effects("probe_a") == 0
+
+
+def test_a_transient_error_that_clears_on_the_second_attempt_is_processed_once(worker, deliver, broker):
+    body = envelope(payload={"n": 1, "fail": {"probe_a": "once"}})
+    deliver("probe_a", body)
+
+    wait_until(lambda: effects("probe_a"), what="the retried message to be processed")
+    broker.join(f"{settings.OUTBOX_QUEUE_PREFIX}probe_a", timeout=10_000)
+    worker.join()
+    assert effects("probe_a", message_id=body["message_id"]) == 1
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_permanent_error_is_dead_lettered_after_the_bounded_retries(worker, deliver):
+    body = envelope(payload={"n": 1, "fail": {"probe_a": "always"}})
+    deliver("probe_a", body)
+
+    letter = wait_until(lambda: DeadLetter.objects.filter(message_id=body["message_id"]).first(),
+                        what="retries to run out")
+    assert letter.reason == "handler_error"
+    assert letter.attempts == settings.OUTBOX_MAX_RETRIES + 1
+    assert letter.exception_type == "tests.probe.handlers.Misbehaving"
+    assert "told to fail always" in letter.traceback
+    assert letter.first_failed_at < letter.last_failed_at
+    assert effects("probe_a") == 0 and not InboxMessage.objects.exists()
+
+
+def test_a_handler_that_rejects_a_message_dead_letters_it_with_its_own_reason(worker, deliver):
+    deliver("probe_a", envelope(payload={"n": 1, "fail": {"probe_a": "reject"}}))
+
+    letter = wait_until(lambda: DeadLetter.objects.first(), what="a dead letter")
+    assert (letter.reason, letter.attempts) == ("probe_refused", 1)

@@ -1,0 +1,76 @@
+import uuid
+
+import pytest
+from django.db import transaction
+from pydantic import ValidationError
+
+from outbox.envelope import Envelope
+from outbox.models import OutboxMessage
+from outbox.publishing import PublishOutsideTransaction, handling, publish
+from tests.probe.events import ProbeEchoed, ProbePinged
+from tests.probe.models import Ping
+from tests.probe.services import Exploded, ping
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_service_keeps_neither_its_state_nor_its_event():
+    with pytest.raises(Exploded):
+        ping(n=1, explode=True)
+
+    assert Ping.objects.count() == 0
+    assert OutboxMessage.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publish_outside_a_transaction_is_refused():
+    with pytest.raises(PublishOutsideTransaction, match="transaction.atomic"):
+        publish(ProbePinged(n=1), stream="ping:1")
+    assert OutboxMessage.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_committed_service_writes_state_and_event_together():
+    record = ping(n=7)
+
+    row = OutboxMessage.objects.get()
+    assert Ping.objects.get() == record
+    assert (row.type, row.version, row.payload) == ("probe.pinged", 1, {"n": 7, "fail": {}})
+    assert row.causation_id is None and row.hops == 0 and row.published_at is None
+    assert Envelope.model_validate(row.envelope()).message_id == row.message_id
+
+
+def test_an_invalid_payload_never_reaches_the_outbox():
+    with pytest.raises(ValidationError):
+        ProbePinged(n="not a number")
+
+
+@pytest.mark.django_db
+def test_sequence_counts_per_stream():
+    with transaction.atomic():
+        first = [publish(ProbeEchoed(n=i), stream="echo:a").sequence for i in range(3)]
+        other = publish(ProbeEchoed(n=9), stream="echo:b").sequence
+
+    assert first == [1, 2, 3]
+    assert other == 1
+
+
+@pytest.mark.django_db
+def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop():
+    cause = Envelope(
+        message_id=uuid.uuid4(), type="probe.pinged", version=1, occurred_at="2026-01-01T00:00:00Z",
+        correlation_id=uuid.uuid4(), stream="ping:1", sequence=1, hops=2, payload={"n": 1},
+    )
+    with transaction.atomic(), handling(cause):
+        row = publish(ProbeEchoed(n=2), stream="echo:a", correlation_id=uuid.uuid4())
+
+    assert row.correlation_id == cause.correlation_id
+    assert row.causation_id == cause.message_id
+    assert row.hops == 3
+
+
+@pytest.mark.django_db
+def test_the_origin_takes_the_correlation_id_it_is_given():
+    correlation = uuid.uuid4()
+    with transaction.atomic():
+        row = publish(ProbeEchoed(n=1), stream="echo:a", correlation_id=correlation)
+    assert row.correlation_id == correlation and row.causation_id is None

@@ -1,0 +1,16 @@
+from outbox.contracts import Event
+
+
+class ProbePinged(Event):
+    """`fail` maps a subscriber to how its handler misbehaves: once, always or reject."""
+
+    type = "probe.pinged"
+    version = 1
+    n: int
+    fail: dict[str, str] = {}
+
+
+class ProbeEchoed(Event):
+    type = "probe.echoed"
+    version = 1
+    n: int

@@ -1,0 +1,49 @@
+from dramatiq.middleware import CurrentMessage
+
+from outbox.contracts import Reader
+from outbox.dead_letters import Rejected
+from outbox.subscriptions import Received, subscribe
+from tests.probe.services import record_effect
+
+
+class Pinged(Reader):
+    n: int
+    fail: dict[str, str] = {}
+
+
+class Echoed(Reader):
+    n: int
+
+
+class Misbehaving(Exception):
+    pass
+
+
+def _misbehave(subscriber: str, mode: str | None) -> None:
+    retries = (CurrentMessage.get_current_message().options.get("retries", 0)
+               if CurrentMessage.get_current_message() else 0)
+    if mode == "always" or (mode == "once" and retries == 0):
+        raise Misbehaving(f"{subscriber} told to fail {mode}")
+    if mode == "reject":
+        raise Rejected("probe_refused", f"{subscriber} refuses this ping")
+
+
+@subscribe("probe_a", "probe.pinged", reader=Pinged)
+def a_on_pinged(message: Received[Pinged]) -> None:
+    _misbehave("probe_a", message.payload.fail.get("probe_a"))
+    record_effect(subscriber="probe_a", message_id=message.envelope.message_id, type=message.envelope.type,
+                  n=message.payload.n, echo=message.payload.fail.get("probe_a") == "echo")
+
+
+@subscribe("probe_b", "probe.pinged", reader=Pinged)
+def b_on_pinged(message: Received[Pinged]) -> None:
+    _misbehave("probe_b", message.payload.fail.get("probe_b"))
+    record_effect(subscriber="probe_b", message_id=message.envelope.message_id, type=message.envelope.type,
+                  n=message.payload.n)
+
+
+@subscribe("probe_b", "probe.echoed", reader=Echoed)
+def b_on_echoed(message: Received[Echoed]) -> None:
+    """Echo every echo back: an endless chain the hops bound must cut."""
+    record_effect(subscriber="probe_b", message_id=message.envelope.message_id, type=message.envelope.type,
+                  n=message.payload.n, echo=True)

@@ -1,0 +1,16 @@
+from django.db import models
+
+
+class Ping(models.Model):
+    """State changed together with the event that announces it."""
+
+    n = models.IntegerField()
+
+
+class Effect(models.Model):
+    """One row per handler run: deliberately not idempotent, so a double effect shows."""
+
+    subscriber = models.CharField(max_length=50)
+    message_id = models.UUIDField()
+    type = models.CharField(max_length=50)
+    n = models.IntegerField()

@@ -1,0 +1,28 @@
+from uuid import UUID
+
+from django.db import transaction
+
+from outbox.publishing import publish
+from tests.probe.events import ProbeEchoed, ProbePinged
+from tests.probe.models import Effect, Ping
+
+
+class Exploded(Exception):
+    pass
+
+
+def ping(*, n: int, fail: dict[str, str] | None = None, explode: bool = False, correlation_id: UUID | None = None,
+         available_at=None) -> Ping:
+    with transaction.atomic():
+        record = Ping.objects.create(n=n)
+        publish(ProbePinged(n=n, fail=fail or {}), stream=f"ping:{record.pk}", correlation_id=correlation_id,
+                available_at=available_at)
+        if explode:
+            raise Exploded("after publishing, before commit")
+        return record
+
+
+def record_effect(*, subscriber: str, message_id: UUID, type: str, n: int, echo: bool = False) -> None:
+    Effect.objects.create(subscriber=subscriber, message_id=message_id, type=type, n=n)
+    if echo:
+        publish(ProbeEchoed(n=n + 1), stream=f"echo:{subscriber}")

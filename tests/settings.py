@@ -1,0 +1,23 @@
+"""Test settings: the real settings plus a probe context, on a queue prefix of this run's own."""
+
+import os
+import uuid
+
+# Set in the environment (not only here) so worker and relay subprocesses share the prefix.
+os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
+
+from delivery_project.settings import *  # noqa: E402,F403
+from delivery_project.settings import DATABASES, INSTALLED_APPS, VAR_DIR  # noqa: E402
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not pytest-django's in-memory default, so worker threads and subprocesses see it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+
+OUTBOX_MAX_RETRIES = 3
+OUTBOX_MIN_BACKOFF_MS = 20
+OUTBOX_MAX_BACKOFF_MS = 200
+OUTBOX_MAX_HOPS = 8
+OUTBOX_RELAY_POLL_SECONDS = 0.2
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
