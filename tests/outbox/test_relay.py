@@ -1,0 +1,201 @@
+"""The relay on the real database and broker: nothing lost, nothing doubled in effect."""
+
+import logging
+import threading
+from datetime import timedelta
+from urllib.parse import urlsplit, urlunsplit
+
+import dramatiq
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.brokers.redis import RedisBroker
+
+from outbox.models import InboxMessage, OutboxMessage
+from outbox.publishing import publish
+from outbox.relay import Relay
+from tests.conftest import wait_until
+from tests.probe.events import ProbePinged
+from tests.probe.models import Effect
+from tests.probe.services import ping
+from tests.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+
+def published_count() -> int:
+    return OutboxMessage.objects.filter(published_at__isnull=False).count()
+
+
+def effects_per_message() -> dict[str, int]:
+    """How many times each (subscriber, message) took effect, keyed by that count."""
+    rows = Effect.objects.values("subscriber", "message_id").annotate(times=Count("id"))
+    return {times: sum(1 for r in rows if r["times"] == times) for times in {r["times"] for r in rows}}
+
+
+def publish_many(count: int, *, chunk: int = 500) -> None:
+    for start in range(0, count, chunk):
+        with transaction.atomic():
+            for n in range(start, min(start + chunk, count)):
+                publish(ProbePinged(n=n), stream=f"bulk:{n}")
+
+
+def in_thread(target, *args, **kwargs) -> threading.Thread:
+    """Run `target` in a thread that closes its own database connection when done."""
+
+    def run():
+        try:
+            target(*args, **kwargs)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_relayed_events_reach_every_subscriber_once(worker, broker):
+    for n in range(10):
+        ping(n=n)
+
+    assert Relay(broker=broker).drain() == 10
+
+    wait_until(lambda: Effect.objects.count() == 20, what="both subscribers to process all 10 events")
+    assert effects_per_message() == {1: 20}
+    assert published_count() == 10
+
+
+def test_an_event_due_later_waits_until_it_is_due(broker, transactional_db):
+    later = ping(n=1, available_at=timezone.now() + timedelta(hours=1))
+    ping(n=2)
+
+    assert Relay(broker=broker).drain() == 1
+    assert not OutboxMessage.objects.get(stream=f"ping:{later.pk}").published_at
+
+
+class RelayCrashed(Exception):
+    pass
+
+
+class RelayThatDiesBeforeMarking(Relay):
+    def mark_published(self, ids):
+        raise RelayCrashed("killed after the broker confirmed, before marking")
+
+
+def test_a_relay_that_dies_after_sending_is_resent_and_takes_effect_once(worker, broker):
+    for n in range(25):
+        ping(n=n)
+
+    with pytest.raises(RelayCrashed):
+        RelayThatDiesBeforeMarking(broker=broker, lease_seconds=0.5).relay_batch()
+    assert published_count() == 0
+    wait_until(lambda: Effect.objects.count() == 50, what="the copies sent before the crash to be processed")
+
+    wait_until(lambda: Relay(broker=broker).drain() or published_count() == 25,
+               what="the lease to expire and a new relay to resend")
+    wait_until(lambda: InboxMessage.objects.filter(duplicates=1).count() == 50,
+               what="every resent copy to be skipped as a duplicate")
+    assert effects_per_message() == {1: 50}
+
+
+@pytest.mark.postgres
+def test_two_relays_drain_5000_rows_and_every_effect_happens_once(worker, broker):
+    publish_many(5000)
+    relays = [Relay(broker=broker), Relay(broker=broker)]
+
+    threads = [in_thread(r.drain) for r in relays]
+    for thread in threads:
+        thread.join(120)
+
+    assert published_count() == 5000
+    assert sum(r.relayed for r in relays) >= 5000
+    wait_until(lambda: Effect.objects.count() >= 10_000, timeout=120, what="10,000 effects (5,000 x 2 subscribers)")
+    assert effects_per_message() == {1: 10_000}
+
+
+@pytest.mark.postgres
+def test_a_row_that_commits_after_later_rows_were_published_is_still_published(broker, transactional_db):
+    inserted, release = threading.Event(), threading.Event()
+
+    def slow_transaction():
+        with transaction.atomic():
+            ping(n=0)
+            inserted.set()
+            release.wait(30)
+
+    slow = in_thread(slow_transaction)
+    inserted.wait(10)
+    for n in range(1, 4):
+        ping(n=n)
+    relay = Relay(broker=broker)
+    assert relay.drain() == 3
+    release.set()
+    slow.join(10)
+
+    assert relay.drain() == 1
+    assert published_count() == 4
+    late = OutboxMessage.objects.get(payload__n=0)
+    assert late.id < OutboxMessage.objects.filter(payload__n=1).get().id
+
+
+@pytest.mark.postgres
+def test_listen_notify_wakes_the_relay_long_before_its_poll(broker, worker, settings):
+    settings.OUTBOX_RELAY_POLL_SECONDS = 60
+    stop = threading.Event()
+    relay = Relay(broker=broker)
+    running = in_thread(relay.run, stop=stop)
+    try:
+        ping(n=1)
+        wait_until(lambda: published_count() == 1, timeout=10, what="NOTIFY to wake the relay (poll is 60 s)")
+    finally:
+        stop.set()
+        running.join(10)
+    assert not running.is_alive()
+
+
+def broker_behind(proxy: TcpProxy) -> dramatiq.Broker:
+    """A second connection to the same real broker, through a cable the test can pull."""
+    url = urlsplit(settings.BROKER_URL)
+    via_proxy = urlunsplit(url._replace(netloc=url.netloc.replace(f"{url.hostname}:{url.port}",
+                                                                  f"127.0.0.1:{proxy.port}")))
+    if url.scheme.startswith("amqp"):
+        return RabbitmqBroker(url=via_proxy, confirm_delivery=True, middleware=[])
+    return RedisBroker(url=via_proxy, namespace=dramatiq.get_broker().namespace, middleware=[])
+
+
+def test_while_the_broker_is_down_requests_commit_and_the_relay_drains_once_it_returns(worker, caplog):
+    url = urlsplit(settings.BROKER_URL)
+    if url.port is None:
+        pytest.skip("needs a broker on TCP (BROKER_URL amqp:// or redis://)")
+    proxy = TcpProxy(url.hostname, url.port)
+    proxy.up()
+    relay = Relay(broker=broker_behind(proxy))
+    stop = threading.Event()
+    caplog.set_level(logging.WARNING, logger="outbox.relay")
+    running = in_thread(relay.run, stop=stop)
+    try:
+        ping(n=0)
+        wait_until(lambda: published_count() == 1, what="the first event to go through")
+        proxy.down()
+
+        for n in range(1, 51):
+            ping(n=n)  # what a request does: commits without touching the broker
+        assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 50
+        wait_until(lambda: "relay paused" in caplog.text, what="the relay to notice the outage")
+        wait_until(lambda: OutboxMessage.objects.filter(send_attempts__gte=2).exists(),
+                   what="the relay to retry while the broker is down")
+
+        proxy.up()
+        wait_until(lambda: published_count() == 51, what="the backlog to drain after the broker returns")
+        wait_until(lambda: Effect.objects.count() == 102, what="both subscribers to process the backlog")
+    finally:
+        stop.set()
+        running.join(10)
+        proxy.down()
+    assert effects_per_message() == {1: 102}
+    paused = [r for r in caplog.records if "relay paused" in r.getMessage()]
+    resumed = [r for r in caplog.records if "relay resumed" in r.getMessage()]
+    assert (len(paused), len(resumed)) == (1, 1)
