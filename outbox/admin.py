@@ -18,7 +18,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(ReadOnlyAdmin):
-    list_display = ["id", "type", "version", "stream", "sequence", "occurred_at", "available_at", "published_at"]
+    list_display = [
+        "id",
+        "type",
+        "version",
+        "stream",
+        "sequence",
+        "occurred_at",
+        "available_at",
+        "published_at",
+    ]
     list_filter = ["type", ("published_at", admin.EmptyFieldListFilter)]
     search_fields = ["=message_id", "=correlation_id", "stream"]
 

@@ -75,7 +75,12 @@ def record_dead_letter(
                 **details,
             )
     logger.warning(
-        "dead-lettered %s %s for %s: %s %s", letter.type or "?", message_id, subscriber, reason, details["error"]
+        "dead-lettered %s %s for %s: %s %s",
+        letter.type or "?",
+        message_id,
+        subscriber,
+        reason,
+        details["error"],
     )
     return letter
 

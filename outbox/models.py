@@ -29,7 +29,11 @@ class OutboxMessage(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(fields=["available_at", "id"], condition=Q(published_at__isnull=True), name="outbox_pending_idx"),
+            models.Index(
+                fields=["available_at", "id"],
+                condition=Q(published_at__isnull=True),
+                name="outbox_pending_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(fields=["stream", "sequence"], name="outbox_stream_sequence_unique"),

@@ -62,9 +62,7 @@ class Relay:
         except _BROKER_ERRORS as error:
             self.mark_published(sent)
             unsent = [r.id for r in rows[len(sent) :]]
-            OutboxMessage.objects.filter(id__in=unsent).update(
-                claimed_until=None, claimed_by=""
-            )
+            OutboxMessage.objects.filter(id__in=unsent).update(claimed_until=None, claimed_by="")
             raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
         self.mark_published(sent)
         self.relayed += len(sent)

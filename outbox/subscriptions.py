@@ -44,7 +44,11 @@ _subscriptions: dict[str, dict[str, Subscription]] = {}
 
 
 def subscribe(
-    subscriber: str, event_type: str, *, reader: type[BaseModel] | None = None, versions: tuple[int, ...] = (1,)
+    subscriber: str,
+    event_type: str,
+    *,
+    reader: type[BaseModel] | None = None,
+    versions: tuple[int, ...] = (1,),
 ):
     """Register the decorated function as `subscriber`'s handler for `event_type`.
 

@@ -20,8 +20,10 @@ def test_the_same_message_delivered_twice_takes_effect_once(worker, deliver):
     deliver("probe_a", body)
     deliver("probe_a", body)
 
-    wait_until(lambda: InboxMessage.objects.filter(message_id=body["message_id"], duplicates=1).exists(),
-               what="the second copy to be skipped")
+    wait_until(
+        lambda: InboxMessage.objects.filter(message_id=body["message_id"], duplicates=1).exists(),
+        what="the second copy to be skipped",
+    )
     assert effects("probe_a", message_id=body["message_id"]) == 1
 
 
@@ -62,8 +64,9 @@ def test_a_permanent_error_is_dead_lettered_after_the_bounded_retries(worker, de
     body = envelope(payload={"n": 1, "fail": {"probe_a": "always"}})
     deliver("probe_a", body)
 
-    letter = wait_until(lambda: DeadLetter.objects.filter(message_id=body["message_id"]).first(),
-                        what="retries to run out")
+    letter = wait_until(
+        lambda: DeadLetter.objects.filter(message_id=body["message_id"]).first(), what="retries to run out"
+    )
     assert letter.reason == "handler_error"
     assert letter.attempts == settings.OUTBOX_MAX_RETRIES + 1
     assert letter.exception_type == "tests.probe.handlers.Misbehaving"

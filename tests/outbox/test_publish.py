@@ -57,8 +57,15 @@ def test_sequence_counts_per_stream():
 @pytest.mark.django_db
 def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop():
     cause = Envelope(
-        message_id=uuid.uuid4(), type="probe.pinged", version=1, occurred_at="2026-01-01T00:00:00Z",
-        correlation_id=uuid.uuid4(), stream="ping:1", sequence=1, hops=2, payload={"n": 1},
+        message_id=uuid.uuid4(),
+        type="probe.pinged",
+        version=1,
+        occurred_at="2026-01-01T00:00:00Z",
+        correlation_id=uuid.uuid4(),
+        stream="ping:1",
+        sequence=1,
+        hops=2,
+        payload={"n": 1},
     )
     with transaction.atomic(), handling(cause):
         row = publish(ProbeEchoed(n=2), stream="echo:a", correlation_id=uuid.uuid4())

@@ -14,7 +14,7 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
-from outbox.models import InboxMessage, OutboxMessage
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.publishing import publish
 from outbox.relay import Relay
 from tests.conftest import wait_until
@@ -94,10 +94,14 @@ def test_a_relay_that_dies_after_sending_is_resent_and_takes_effect_once(worker,
     assert published_count() == 0
     wait_until(lambda: Effect.objects.count() == 50, what="the copies sent before the crash to be processed")
 
-    wait_until(lambda: Relay(broker=broker).drain() or published_count() == 25,
-               what="the lease to expire and a new relay to resend")
-    wait_until(lambda: InboxMessage.objects.filter(duplicates=1).count() == 50,
-               what="every resent copy to be skipped as a duplicate")
+    wait_until(
+        lambda: Relay(broker=broker).drain() or published_count() == 25,
+        what="the lease to expire and a new relay to resend",
+    )
+    wait_until(
+        lambda: InboxMessage.objects.filter(duplicates=1).count() == 50,
+        what="every resent copy to be skipped as a duplicate",
+    )
     assert effects_per_message() == {1: 50}
 
 
@@ -159,8 +163,9 @@ def test_listen_notify_wakes_the_relay_long_before_its_poll(broker, worker, sett
 def broker_behind(proxy: TcpProxy) -> dramatiq.Broker:
     """A second connection to the same real broker, through a cable the test can pull."""
     url = urlsplit(settings.BROKER_URL)
-    via_proxy = urlunsplit(url._replace(netloc=url.netloc.replace(f"{url.hostname}:{url.port}",
-                                                                  f"127.0.0.1:{proxy.port}")))
+    via_proxy = urlunsplit(
+        url._replace(netloc=url.netloc.replace(f"{url.hostname}:{url.port}", f"127.0.0.1:{proxy.port}"))
+    )
     if url.scheme.startswith("amqp"):
         return RabbitmqBroker(url=via_proxy, confirm_delivery=True, middleware=[])
     return RedisBroker(url=via_proxy, namespace=dramatiq.get_broker().namespace, middleware=[])
@@ -185,8 +190,10 @@ def test_while_the_broker_is_down_requests_commit_and_the_relay_drains_once_it_r
             ping(n=n)  # what a request does: commits without touching the broker
         assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 50
         wait_until(lambda: "relay paused" in caplog.text, what="the relay to notice the outage")
-        wait_until(lambda: OutboxMessage.objects.filter(send_attempts__gte=2).exists(),
-                   what="the relay to retry while the broker is down")
+        wait_until(
+            lambda: OutboxMessage.objects.filter(send_attempts__gte=2).exists(),
+            what="the relay to retry while the broker is down",
+        )
 
         proxy.up()
         wait_until(lambda: published_count() == 51, what="the backlog to drain after the broker returns")
@@ -199,3 +206,40 @@ def test_while_the_broker_is_down_requests_commit_and_the_relay_drains_once_it_r
     paused = [r for r in caplog.records if "relay paused" in r.getMessage()]
     resumed = [r for r in caplog.records if "relay resumed" in r.getMessage()]
     assert (len(paused), len(resumed)) == (1, 1)
+
+
+def test_a_failing_subscriber_is_dead_lettered_while_the_other_processes_everything(worker, broker):
+    for n in range(20):
+        ping(n=n, fail={"probe_b": "always"})
+
+    Relay(broker=broker).drain()
+
+    wait_until(
+        lambda: DeadLetter.objects.filter(subscriber="probe_b").count() == 20,
+        timeout=60,
+        what="probe_b's 20 messages to be dead-lettered",
+    )
+    assert Effect.objects.filter(subscriber="probe_a").count() == 20
+    assert Effect.objects.filter(subscriber="probe_b").count() == 0
+    assert set(DeadLetter.objects.values_list("reason", "attempts")) == {
+        ("handler_error", settings.OUTBOX_MAX_RETRIES + 1)
+    }
+
+
+def test_an_endless_chain_of_events_is_cut_at_the_hops_bound(worker, broker):
+    ping(n=0, fail={"probe_a": "echo"})
+    stop = threading.Event()
+    running = in_thread(Relay(broker=broker).run, stop=stop)
+    try:
+        letter = wait_until(lambda: DeadLetter.objects.first(), what="the chain to be dead-lettered")
+    finally:
+        stop.set()
+        running.join(10)
+
+    assert (letter.reason, letter.subscriber, letter.envelope["hops"]) == (
+        "loop_detected",
+        "probe_b",
+        settings.OUTBOX_MAX_HOPS + 1,
+    )
+    chain = OutboxMessage.objects.filter(correlation_id=letter.correlation_id)
+    assert chain.count() == settings.OUTBOX_MAX_HOPS + 2  # the ping, then one echo per hop

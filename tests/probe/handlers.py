@@ -20,8 +20,9 @@ class Misbehaving(Exception):
 
 
 def _misbehave(subscriber: str, mode: str | None) -> None:
-    retries = (CurrentMessage.get_current_message().options.get("retries", 0)
-               if CurrentMessage.get_current_message() else 0)
+    retries = (
+        CurrentMessage.get_current_message().options.get("retries", 0) if CurrentMessage.get_current_message() else 0
+    )
     if mode == "always" or (mode == "once" and retries == 0):
         raise Misbehaving(f"{subscriber} told to fail {mode}")
     if mode == "reject":
@@ -31,19 +32,33 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
 @subscribe("probe_a", "probe.pinged", reader=Pinged)
 def a_on_pinged(message: Received[Pinged]) -> None:
     _misbehave("probe_a", message.payload.fail.get("probe_a"))
-    record_effect(subscriber="probe_a", message_id=message.envelope.message_id, type=message.envelope.type,
-                  n=message.payload.n, echo=message.payload.fail.get("probe_a") == "echo")
+    record_effect(
+        subscriber="probe_a",
+        message_id=message.envelope.message_id,
+        type=message.envelope.type,
+        n=message.payload.n,
+        echo=message.payload.fail.get("probe_a") == "echo",
+    )
 
 
 @subscribe("probe_b", "probe.pinged", reader=Pinged)
 def b_on_pinged(message: Received[Pinged]) -> None:
     _misbehave("probe_b", message.payload.fail.get("probe_b"))
-    record_effect(subscriber="probe_b", message_id=message.envelope.message_id, type=message.envelope.type,
-                  n=message.payload.n)
+    record_effect(
+        subscriber="probe_b",
+        message_id=message.envelope.message_id,
+        type=message.envelope.type,
+        n=message.payload.n,
+    )
 
 
 @subscribe("probe_b", "probe.echoed", reader=Echoed)
 def b_on_echoed(message: Received[Echoed]) -> None:
     """Echo every echo back: an endless chain the hops bound must cut."""
-    record_effect(subscriber="probe_b", message_id=message.envelope.message_id, type=message.envelope.type,
-                  n=message.payload.n, echo=True)
+    record_effect(
+        subscriber="probe_b",
+        message_id=message.envelope.message_id,
+        type=message.envelope.type,
+        n=message.payload.n,
+        echo=True,
+    )

@@ -6,6 +6,9 @@ class Ping(models.Model):
 
     n = models.IntegerField()
 
+    def __str__(self):
+        return f"ping {self.n}"
+
 
 class Effect(models.Model):
     """One row per handler run: deliberately not idempotent, so a double effect shows."""
@@ -14,3 +17,6 @@ class Effect(models.Model):
     message_id = models.UUIDField()
     type = models.CharField(max_length=50)
     n = models.IntegerField()
+
+    def __str__(self):
+        return f"{self.subscriber} <- {self.type} {self.n}"

@@ -11,12 +11,22 @@ class Exploded(Exception):
     pass
 
 
-def ping(*, n: int, fail: dict[str, str] | None = None, explode: bool = False, correlation_id: UUID | None = None,
-         available_at=None) -> Ping:
+def ping(
+    *,
+    n: int,
+    fail: dict[str, str] | None = None,
+    explode: bool = False,
+    correlation_id: UUID | None = None,
+    available_at=None,
+) -> Ping:
     with transaction.atomic():
         record = Ping.objects.create(n=n)
-        publish(ProbePinged(n=n, fail=fail or {}), stream=f"ping:{record.pk}", correlation_id=correlation_id,
-                available_at=available_at)
+        publish(
+            ProbePinged(n=n, fail=fail or {}),
+            stream=f"ping:{record.pk}",
+            correlation_id=correlation_id,
+            available_at=available_at,
+        )
         if explode:
             raise Exploded("after publishing, before commit")
         return record

@@ -1,0 +1,61 @@
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from delivery_project.broker import describe
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the whole system in one terminal: migrate, then the web server, the outbox relay and the "
+        "Dramatiq workers as separate processes (the same commands production runs). Ctrl-C stops all."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default="127.0.0.1:8000", help="Where the web server listens.")
+        parser.add_argument("--relays", type=int, default=1, help="Relay processes.")
+        parser.add_argument("--processes", type=int, default=1, help="Worker processes.")
+        parser.add_argument("--threads", type=int, default=4, help="Threads per worker process.")
+
+    def handle(self, *, addr, relays, processes, threads, verbosity, **options):
+        db = settings.DATABASES["default"]
+        self.stdout.write(f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
+        self.stdout.write(f"broker:   {describe(settings.BROKER_URL)}")
+        call_command("migrate", interactive=False, verbosity=0)
+        manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+        commands = {
+            "web": [*manage, "runserver", addr, "--noreload"],
+            **{f"relay-{i + 1}": [*manage, "relay_outbox"] for i in range(relays)},
+            "workers": [*manage, "rundramatiq", "--processes", str(processes), "--threads", str(threads)],
+        }
+        children = {name: subprocess.Popen(cmd, env=os.environ.copy()) for name, cmd in commands.items()}
+        self.stdout.write(
+            self.style.SUCCESS(f"running {', '.join(children)} — http://{addr}/admin/ ; Ctrl-C stops everything")
+        )
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        exited = None
+        while not stop.wait(0.5):
+            exited = next((name for name, child in children.items() if child.poll() is not None), None)
+            if exited:
+                self.stderr.write(f"{exited} exited with {children[exited].returncode}; stopping the rest")
+                break
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for name, child in children.items():
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"{name} did not stop in 20 s; killing it")
+                child.kill()
+        if exited:
+            sys.exit(1)
