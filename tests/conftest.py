@@ -32,6 +32,7 @@ def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
     if RUNNING_IN_CI and skipped:
+        reporter.ensure_newline()
         reporter.write_line(f"CI=true: {len(skipped)} skipped test(s) fail the run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
