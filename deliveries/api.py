@@ -1,0 +1,219 @@
+"""The customer REST API (django-ninja): thin views over services and selectors."""
+
+import json
+from uuid import UUID, uuid4
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from ninja import Header, NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.pagination import PageNumberPagination, paginate
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+
+from deliveries import selectors, services
+from deliveries.models import Customer, Delivery
+from deliveries.schemas import (
+    DeliveryAccepted,
+    DeliveryOut,
+    DeliveryRequestIn,
+    DeliveryStatusOut,
+    ErrorOut,
+    TimelineEvent,
+)
+
+
+class NotJson(Exception):
+    pass
+
+
+class JsonBodyParser(Parser):
+    """Accept JSON bodies only, so a form or text body gets a clear 415 instead of a guess."""
+
+    def parse_body(self, request: HttpRequest):
+        if request.content_type != "application/json":
+            raise NotJson(request.content_type or "none")
+        return json.loads(request.body)
+
+
+class CustomerToken(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Customer | None:
+        return Customer.objects.filter(token_hash=Customer.hash_token(token)).first()
+
+
+api = NinjaAPI(
+    title="Drone delivery",
+    version="1.0",
+    description="Request drone deliveries and follow them. Authenticate with `Authorization: Bearer <token>`.",
+    auth=CustomerToken(),
+    parser=JsonBodyParser(),
+    urls_namespace="api",
+)
+ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut, 422: ErrorOut}
+
+
+def _error(request, status: int, detail: str, errors: list[dict] | None = None) -> HttpResponse:
+    return api.create_response(request, {"detail": detail, "errors": errors or []}, status=status)
+
+
+@api.exception_handler(ValidationError)
+def invalid_input(request, exc: ValidationError):
+    errors = []
+    for error in exc.errors:
+        path = [str(part) for part in error.get("loc", ()) if part not in ("body", "payload", "path", "query")]
+        errors.append({"field": ".".join(path) or "body", "message": error.get("msg", "invalid")})
+    fields = ", ".join(e["field"] for e in errors)
+    return _error(request, 422, f"invalid input: {fields}", errors)
+
+
+@api.exception_handler(HttpError)
+def http_error(request, exc: HttpError):
+    cause = exc.__cause__
+    if isinstance(cause, NotJson):
+        return _error(
+            request,
+            415,
+            f"the body must be application/json, not {cause}",
+            [{"field": "Content-Type", "message": "expected application/json"}],
+        )
+    if isinstance(cause, ValueError):
+        return _error(request, 400, "the body is not valid JSON", [{"field": "body", "message": str(cause)}])
+    return _error(request, exc.status_code, str(exc))
+
+
+@api.exception_handler(AuthenticationError)
+def unauthenticated(request, exc):
+    return _error(
+        request,
+        401,
+        "a valid bearer token is required",
+        [{"field": "Authorization", "message": "missing or unknown bearer token"}],
+    )
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request, exc):
+    return _error(request, 413, "the body is larger than 64 KiB", [{"field": "body", "message": "too large"}])
+
+
+def _own(request, delivery_id: UUID) -> Delivery:
+    delivery = selectors.delivery_of(request.auth, delivery_id)
+    if delivery is None:
+        raise HttpError(404, f"no delivery {delivery_id}")
+    return delivery
+
+
+def _location(value: dict | None) -> dict | None:
+    return None if value is None else {k: value.get(k) for k in ("latitude", "longitude", "altitude")}
+
+
+def _accepted(delivery: Delivery) -> dict:
+    return {
+        "delivery_id": delivery.id,
+        "status": Delivery.Status.REQUESTED,
+        "pickup_location": _location(delivery.pickup_location),
+        "drop_off_location": _location(delivery.dropoff_location),
+        "pickup_time": delivery.pickup_time,
+        "deadline": delivery.deadline,
+        "expedited": delivery.expedited,
+        "confirmation_required": delivery.confirmation_required,
+        "package_info": {
+            "package_id": delivery.package_id,
+            "size": delivery.package_size,
+            "weight": delivery.package_weight_kg,
+            "tag": delivery.package_tag or None,
+        },
+    }
+
+
+def _delivery(delivery: Delivery) -> dict:
+    return {
+        **_accepted(delivery),
+        "status": delivery.status,
+        "status_reason": delivery.status_reason or None,
+        "drone_id": delivery.drone_id,
+        "last_known_location": _location(delivery.last_known_location),
+        "created_at": delivery.created_at,
+        "updated_at": delivery.updated_at,
+    }
+
+
+@api.post("/deliveryrequests", response={202: DeliveryAccepted, **ERRORS}, by_alias=True, summary="Request a delivery")
+def request_delivery(
+    request,
+    response: HttpResponse,
+    payload: DeliveryRequestIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
+):
+    package = payload.package_info
+    delivery, _ = services.request_delivery(
+        customer=request.auth,
+        idempotency_key=idempotency_key,
+        request=services.DeliveryRequest(
+            pickup=payload.pickup_location.model_dump(),
+            dropoff=payload.drop_off_location.model_dump(),
+            pickup_time=payload.pickup_time,
+            deadline=payload.deadline,
+            expedited=payload.expedited,
+            confirmation_required=payload.confirmation_required,
+            package_id=package.package_id or uuid4(),
+            package_size=package.size,
+            package_weight_kg=package.weight,
+            package_tag=package.tag or "",
+        ),
+        answer=lambda d: DeliveryAccepted.model_validate(_accepted(d)).model_dump(mode="json", by_alias=True),
+    )
+    response["Location"] = f"/api/deliveries/{delivery.id}"
+    return 202, delivery.first_answer
+
+
+@api.get("/deliveries", response=list[DeliveryOut], by_alias=True, summary="My deliveries, newest first")
+@paginate(PageNumberPagination, page_size=20)
+def list_deliveries(request):
+    return [_delivery(d) for d in selectors.deliveries_of(request.auth)]
+
+
+@api.get("/deliveries/{delivery_id}", response={200: DeliveryOut, **ERRORS}, by_alias=True)
+def get_delivery(request, delivery_id: UUID):
+    return 200, _delivery(_own(request, delivery_id))
+
+
+@api.get("/deliveries/{delivery_id}/status", response={200: DeliveryStatusOut, **ERRORS}, by_alias=True)
+def get_status(request, delivery_id: UUID):
+    delivery = _own(request, delivery_id)
+    return 200, {
+        "status": delivery.status,
+        "status_reason": delivery.status_reason or None,
+        "last_known_location": _location(delivery.last_known_location),
+        "delivery_eta": delivery.eta,
+    }
+
+
+@api.get(
+    "/deliveries/{delivery_id}/timeline",
+    response={200: list[TimelineEvent], **ERRORS},
+    by_alias=True,
+    summary="Every event of the delivery in causal order, with who processed it",
+)
+def get_timeline(request, delivery_id: UUID):
+    return 200, selectors.timeline(_own(request, delivery_id))
+
+
+@api.delete(
+    "/deliveryrequests/{delivery_id}",
+    response={202: DeliveryStatusOut, **ERRORS},
+    by_alias=True,
+    summary="Cancel a delivery before dispatch",
+)
+def cancel_delivery(request, delivery_id: UUID):
+    _own(request, delivery_id)
+    try:
+        delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
+    except services.DeliveryNotCancellable as error:
+        return 409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]}
+    return 202, {
+        "status": delivery.status,
+        "status_reason": delivery.status_reason,
+        "last_known_location": _location(delivery.last_known_location),
+        "delivery_eta": delivery.eta,
+    }

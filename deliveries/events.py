@@ -1,0 +1,67 @@
+"""The contracts the deliveries context publishes."""
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+from outbox.contracts import Event
+
+
+class Location(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    latitude: float
+    longitude: float
+    altitude: float | None = None
+
+
+class PackageInfo(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    package_id: UUID
+    size: str
+    weight_kg: float
+    tag: str | None = None
+
+
+class DeliveryRequested(Event):
+    type = "delivery.requested"
+    version = 1
+    delivery_id: UUID
+    pickup: Location
+    dropoff: Location
+    pickup_time: datetime
+    deadline: datetime | None = None
+    expedited: bool = False
+    confirmation_required: str = "None"
+    package: PackageInfo
+
+
+class DeliveryDispatched(Event):
+    type = "delivery.dispatched"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+    package_id: UUID
+
+
+class DeliveryCompleted(Event):
+    type = "delivery.completed"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+
+
+class DeliveryFailed(Event):
+    """`reason`: the upstream reason code (too_heavy, no_drone_available, ...)."""
+
+    type = "delivery.failed"
+    version = 1
+    delivery_id: UUID
+    reason: str
+
+
+class DeliveryCancelled(Event):
+    type = "delivery.cancelled"
+    version = 1
+    delivery_id: UUID
+    reason: str

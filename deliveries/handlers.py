@@ -1,0 +1,79 @@
+"""What the deliveries context listens to; each handler hands over to one service."""
+
+from datetime import datetime
+from uuid import UUID
+
+from deliveries import services
+from outbox.contracts import Reader
+from outbox.subscriptions import Received, subscribe
+
+
+class AboutDelivery(Reader):
+    delivery_id: UUID
+
+
+class Refusal(Reader):
+    delivery_id: UUID
+    reason: str
+
+
+class DroneScheduled(Reader):
+    delivery_id: UUID
+    drone_id: UUID
+    eta: datetime
+
+
+class Position(Reader):
+    delivery_id: UUID
+    latitude: float
+    longitude: float
+    altitude: float | None = None
+
+
+def _location(p: Position) -> dict:
+    return {"latitude": p.latitude, "longitude": p.longitude, "altitude": p.altitude}
+
+
+@subscribe("deliveries", "package.ready", reader=AboutDelivery)
+def on_package_ready(message: Received[AboutDelivery]) -> None:
+    services.record_package_ready(delivery_id=message.payload.delivery_id)
+
+
+@subscribe("deliveries", "drone.scheduled", reader=DroneScheduled)
+def on_drone_scheduled(message: Received[DroneScheduled]) -> None:
+    p = message.payload
+    services.record_drone_scheduled(delivery_id=p.delivery_id, drone_id=p.drone_id, eta=p.eta)
+
+
+@subscribe("deliveries", "package.rejected", reader=Refusal)
+def on_package_rejected(message: Received[Refusal]) -> None:
+    services.record_failure(delivery_id=message.payload.delivery_id, reason=message.payload.reason)
+
+
+@subscribe("deliveries", "drone.unavailable", reader=Refusal)
+def on_drone_unavailable(message: Received[Refusal]) -> None:
+    services.record_failure(delivery_id=message.payload.delivery_id, reason=message.payload.reason)
+
+
+@subscribe("deliveries", "drone.position_reported", reader=Position)
+def on_position_reported(message: Received[Position]) -> None:
+    services.record_position(
+        delivery_id=message.payload.delivery_id, location=_location(message.payload), sequence=message.envelope.sequence
+    )
+
+
+@subscribe("deliveries", "drone.arrived", reader=Position)
+def on_drone_arrived(message: Received[Position]) -> None:
+    services.record_arrival(
+        delivery_id=message.payload.delivery_id, location=_location(message.payload), sequence=message.envelope.sequence
+    )
+
+
+@subscribe("deliveries", "drone.released", reader=AboutDelivery)
+def on_drone_released(message: Received[AboutDelivery]) -> None:
+    services.record_compensation(delivery_id=message.payload.delivery_id, done="drone_released")
+
+
+@subscribe("deliveries", "package.cancelled", reader=AboutDelivery)
+def on_package_cancelled(message: Received[AboutDelivery]) -> None:
+    services.record_compensation(delivery_id=message.payload.delivery_id, done="package_cancelled")

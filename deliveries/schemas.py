@@ -1,0 +1,110 @@
+"""The customer API's JSON shapes: the Fabrikam ingestion contract, camelCase on the wire."""
+
+from datetime import UTC, datetime
+from typing import Literal
+from uuid import UUID
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic.alias_generators import to_camel
+
+
+class CamelSchema(Schema):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class Location(CamelSchema):
+    latitude: float = Field(ge=-90, le=90)
+    longitude: float = Field(ge=-180, le=180)
+    altitude: float | None = None
+
+
+class PackageInfo(CamelSchema):
+    package_id: UUID | None = None
+    size: Literal["Small", "Medium", "Large"]
+    weight: float = Field(gt=0, le=1000, description="kg")
+    tag: str | None = Field(None, max_length=100)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+class DeliveryRequestIn(CamelSchema):
+    pickup_location: Location
+    drop_off_location: Location
+    pickup_time: datetime
+    deadline: datetime | None = None
+    expedited: bool = False
+    confirmation_required: Literal["None", "FingerPrint", "Picture", "Voice"] = "None"
+    package_info: PackageInfo
+
+    @field_validator("pickup_time")
+    @classmethod
+    def _pickup_in_utc_when_naive(cls, pickup: datetime) -> datetime:
+        return _aware(pickup)
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_not_before_pickup(cls, deadline: datetime | None, info: ValidationInfo) -> datetime | None:
+        deadline, pickup = _aware(deadline), info.data.get("pickup_time")
+        if deadline is not None and pickup is not None and deadline < pickup:
+            raise ValueError("deadline must not be before pickupTime")
+        return deadline
+
+
+class DeliveryAccepted(CamelSchema):
+    delivery_id: UUID
+    status: str
+    pickup_location: Location
+    drop_off_location: Location
+    pickup_time: datetime
+    deadline: datetime | None
+    expedited: bool
+    confirmation_required: str
+    package_info: PackageInfo
+
+
+class DeliveryOut(DeliveryAccepted):
+    status_reason: str | None
+    drone_id: UUID | None
+    last_known_location: Location | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeliveryStatusOut(CamelSchema):
+    status: str
+    status_reason: str | None
+    last_known_location: Location | None
+    delivery_eta: datetime | None
+
+
+class SubscriberHandling(CamelSchema):
+    subscriber: str
+    outcome: Literal["processed", "dead_lettered", "pending"]
+    at: datetime | None
+    reason: str | None
+
+
+class TimelineEvent(CamelSchema):
+    type: str
+    version: int
+    occurred_at: datetime
+    published_by: str
+    message_id: UUID
+    causation_id: UUID | None
+    stream: str
+    sequence: int
+    relayed_at: datetime | None
+    subscribers: list[SubscriberHandling]
+
+
+class FieldError(CamelSchema):
+    field: str
+    message: str
+
+
+class ErrorOut(CamelSchema):
+    detail: str
+    errors: list[FieldError] = []

@@ -1,0 +1,212 @@
+"""Delivery use cases: each one transaction, its events inside it."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+
+from deliveries.events import (
+    DeliveryCancelled,
+    DeliveryCompleted,
+    DeliveryDispatched,
+    DeliveryFailed,
+    DeliveryRequested,
+    Location,
+    PackageInfo,
+)
+from deliveries.models import Customer, Delivery
+from outbox.publishing import publish
+
+Status = Delivery.Status
+
+
+class DeliveryNotCancellable(Exception):
+    """Cancelling is only possible before dispatch."""
+
+    def __init__(self, status: str):
+        super().__init__(f"a delivery that is {status} can no longer be cancelled")
+        self.reason = f"already_{status}"
+
+
+@dataclass(frozen=True)
+class DeliveryRequest:
+    """What the customer asked for, already validated by the API."""
+
+    pickup: dict
+    dropoff: dict
+    pickup_time: datetime
+    deadline: datetime | None
+    expedited: bool
+    confirmation_required: str
+    package_id: UUID
+    package_size: str
+    package_weight_kg: float
+    package_tag: str
+
+
+def _stream(delivery: Delivery) -> str:
+    return f"delivery:{delivery.id}"
+
+
+def request_delivery(
+    *,
+    customer: Customer,
+    request: DeliveryRequest,
+    idempotency_key: str | None = None,
+    answer: Callable[[Delivery], dict],
+) -> tuple[Delivery, bool]:
+    """Accept a request: the delivery and `delivery.requested` commit together.
+
+    A repeated `idempotency_key` returns the first delivery (and False) and creates nothing;
+    `answer` renders the reply that a repeat will be given again.
+    """
+    if idempotency_key:
+        earlier = Delivery.objects.filter(customer=customer, idempotency_key=idempotency_key).first()
+        if earlier:
+            return earlier, False
+    try:
+        with transaction.atomic():
+            delivery = Delivery.objects.create(
+                customer=customer,
+                pickup_location=request.pickup,
+                dropoff_location=request.dropoff,
+                pickup_time=request.pickup_time,
+                deadline=request.deadline,
+                expedited=request.expedited,
+                confirmation_required=request.confirmation_required,
+                package_id=request.package_id,
+                package_size=request.package_size,
+                package_weight_kg=request.package_weight_kg,
+                package_tag=request.package_tag,
+                idempotency_key=idempotency_key,
+            )
+            delivery.first_answer = answer(delivery)
+            delivery.save(update_fields=["first_answer"])
+            publish(
+                DeliveryRequested(
+                    delivery_id=delivery.id,
+                    pickup=Location(**request.pickup),
+                    dropoff=Location(**request.dropoff),
+                    pickup_time=request.pickup_time,
+                    deadline=request.deadline,
+                    expedited=request.expedited,
+                    confirmation_required=request.confirmation_required,
+                    package=PackageInfo(
+                        package_id=request.package_id,
+                        size=request.package_size,
+                        weight_kg=request.package_weight_kg,
+                        tag=request.package_tag or None,
+                    ),
+                ),
+                stream=_stream(delivery),
+                correlation_id=delivery.id,
+            )
+            return delivery, True
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        # A concurrent request with the same key won the race.
+        return Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), False
+
+
+def _locked(delivery_id: UUID) -> Delivery | None:
+    return Delivery.objects.select_for_update().filter(id=delivery_id).first()
+
+
+def _dispatch_when_ready(delivery: Delivery) -> None:
+    """The join: both halves in, in either order, exactly once."""
+    if delivery.status in (Status.REQUESTED, Status.SCHEDULED) and delivery.package_ready and delivery.drone_id:
+        delivery.status = Status.IN_TRANSIT
+        publish(
+            DeliveryDispatched(delivery_id=delivery.id, drone_id=delivery.drone_id, package_id=delivery.package_id),
+            stream=_stream(delivery),
+        )
+
+
+def _fail(delivery: Delivery, reason: str) -> None:
+    if delivery.is_terminal:
+        return
+    delivery.status, delivery.status_reason = Status.FAILED, reason
+    publish(DeliveryFailed(delivery_id=delivery.id, reason=reason), stream=_stream(delivery))
+
+
+def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is None or delivery.is_terminal:
+            return delivery
+        delivery.package_ready = True
+        _dispatch_when_ready(delivery)
+        delivery.save()
+        return delivery
+
+
+def record_drone_scheduled(*, delivery_id: UUID, drone_id: UUID, eta: datetime) -> Delivery | None:
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is None or delivery.is_terminal:
+            return delivery  # the drone context releases it on delivery.failed/cancelled
+        delivery.drone_id, delivery.eta = drone_id, eta
+        if delivery.status == Status.REQUESTED:
+            delivery.status = Status.SCHEDULED
+        _dispatch_when_ready(delivery)
+        delivery.save()
+        return delivery
+
+
+def record_failure(*, delivery_id: UUID, reason: str) -> Delivery | None:
+    """An upstream context refused (package rejected, no drone): fail, which triggers compensations."""
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is not None:
+            _fail(delivery, reason)
+            delivery.save()
+        return delivery
+
+
+def record_position(*, delivery_id: UUID, location: dict, sequence: int) -> Delivery | None:
+    """Apply a position report unless one later in the drone's stream was applied already."""
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is None or delivery.status != Status.IN_TRANSIT or sequence <= delivery.last_position_sequence:
+            return delivery
+        delivery.last_known_location, delivery.last_position_sequence = location, sequence
+        delivery.save()
+        return delivery
+
+
+def record_arrival(*, delivery_id: UUID, location: dict, sequence: int) -> Delivery | None:
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is None or delivery.status != Status.IN_TRANSIT:
+            return delivery
+        delivery.status = Status.DELIVERED
+        delivery.last_known_location = location
+        delivery.last_position_sequence = max(sequence, delivery.last_position_sequence)
+        publish(DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id), stream=_stream(delivery))
+        delivery.save()
+        return delivery
+
+
+def record_compensation(*, delivery_id: UUID, done: str) -> None:
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is not None and done not in delivery.compensations:
+            delivery.compensations = [*delivery.compensations, done]
+            delivery.save(update_fields=["compensations", "updated_at"])
+
+
+def cancel_delivery(*, delivery_id: UUID, customer: Customer) -> Delivery:
+    """Cancel before dispatch; the drone and package contexts compensate on `delivery.cancelled`."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
+        if delivery.status == Status.CANCELLED:
+            return delivery
+        if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
+            raise DeliveryNotCancellable(delivery.status)
+        delivery.status, delivery.status_reason = Status.CANCELLED, "cancelled_by_customer"
+        publish(DeliveryCancelled(delivery_id=delivery.id, reason="cancelled_by_customer"), stream=_stream(delivery))
+        delivery.save()
+        return delivery

@@ -1,0 +1,52 @@
+"""The contracts the drone scheduler publishes."""
+
+from datetime import datetime
+from uuid import UUID
+
+from outbox.contracts import Event
+
+
+class DroneScheduled(Event):
+    type = "drone.scheduled"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+    eta: datetime
+
+
+class DroneUnavailable(Event):
+    """`reason`: no_drone_available, payload_exceeds_fleet or out_of_range."""
+
+    type = "drone.unavailable"
+    version = 1
+    delivery_id: UUID
+    reason: str
+
+
+class DronePositionReported(Event):
+    type = "drone.position_reported"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+    latitude: float
+    longitude: float
+    altitude: float
+
+
+class DroneArrived(Event):
+    type = "drone.arrived"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+    latitude: float
+    longitude: float
+
+
+class DroneReleased(Event):
+    """Compensation or end of a flight: the drone is free again."""
+
+    type = "drone.released"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+    reason: str

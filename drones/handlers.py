@@ -1,0 +1,62 @@
+"""What the drone scheduler listens to; each handler hands over to one service."""
+
+from uuid import UUID
+
+from drones import services
+from drones.geography import Point
+from outbox.contracts import Reader
+from outbox.subscriptions import Received, subscribe
+
+
+class Location(Reader):
+    latitude: float
+    longitude: float
+    altitude: float | None = None
+
+
+class PackageInfo(Reader):
+    weight_kg: float
+
+
+class DeliveryRequested(Reader):
+    delivery_id: UUID
+    pickup: Location
+    dropoff: Location
+    package: PackageInfo
+
+
+class DeliveryEvent(Reader):
+    delivery_id: UUID
+    reason: str = ""
+
+
+def _point(location: Location) -> Point:
+    return Point(location.latitude, location.longitude, location.altitude or 0.0)
+
+
+@subscribe("drones", "delivery.requested", reader=DeliveryRequested)
+def on_delivery_requested(message: Received[DeliveryRequested]) -> None:
+    p = message.payload
+    services.schedule_drone(
+        delivery_id=p.delivery_id, pickup=_point(p.pickup), dropoff=_point(p.dropoff), weight_kg=p.package.weight_kg
+    )
+
+
+@subscribe("drones", "delivery.dispatched", reader=DeliveryEvent)
+def on_delivery_dispatched(message: Received[DeliveryEvent]) -> None:
+    services.start_flight(delivery_id=message.payload.delivery_id)
+
+
+@subscribe("drones", "delivery.completed", reader=DeliveryEvent)
+def on_delivery_completed(message: Received[DeliveryEvent]) -> None:
+    services.release_drone(delivery_id=message.payload.delivery_id, reason="delivered")
+
+
+@subscribe("drones", "delivery.failed", reader=DeliveryEvent)
+def on_delivery_failed(message: Received[DeliveryEvent]) -> None:
+    services.release_drone(delivery_id=message.payload.delivery_id, reason=message.payload.reason or "delivery_failed")
+
+
+@subscribe("drones", "delivery.cancelled", reader=DeliveryEvent)
+def on_delivery_cancelled(message: Received[DeliveryEvent]) -> None:
+    services.release_drone(delivery_id=message.payload.delivery_id, reason="delivery_cancelled")

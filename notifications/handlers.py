@@ -1,0 +1,33 @@
+"""Subscribes to the deliveries context's broadcast events; nobody upstream knows it exists."""
+
+from uuid import UUID
+
+from notifications.models import Notification
+from notifications.services import notify
+from outbox.contracts import Reader
+from outbox.subscriptions import Received, subscribe
+
+
+class DeliveryEvent(Reader):
+    delivery_id: UUID
+    reason: str = ""
+
+
+@subscribe("notifications", "delivery.dispatched", reader=DeliveryEvent)
+def on_dispatched(message: Received[DeliveryEvent]) -> None:
+    notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.DISPATCHED)
+
+
+@subscribe("notifications", "delivery.completed", reader=DeliveryEvent)
+def on_completed(message: Received[DeliveryEvent]) -> None:
+    notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.COMPLETED)
+
+
+@subscribe("notifications", "delivery.failed", reader=DeliveryEvent)
+def on_failed(message: Received[DeliveryEvent]) -> None:
+    notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.FAILED, reason=message.payload.reason)
+
+
+@subscribe("notifications", "delivery.cancelled", reader=DeliveryEvent)
+def on_cancelled(message: Received[DeliveryEvent]) -> None:
+    notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.CANCELLED)

@@ -1,0 +1,92 @@
+"""Package use cases: each one transaction, its events inside it."""
+
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+
+from outbox.publishing import publish
+from packages.events import PackageCancelled, PackageReady, PackageRejected
+from packages.models import Package
+
+
+def _stream(delivery_id: UUID) -> str:
+    return f"package:{delivery_id}"
+
+
+def fitness_problem(*, size: str, weight_kg: float) -> str | None:
+    """Why a package cannot fly (a reason code), or None; limits come from PACKAGE_MAX_WEIGHT_KG."""
+    limits: dict[str, float] = settings.PACKAGE_MAX_WEIGHT_KG
+    if size not in limits:
+        return "invalid_size"
+    if weight_kg <= 0:
+        return "invalid_weight"
+    if weight_kg > limits[size]:
+        return "too_heavy"
+    return None
+
+
+def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_kg: float, tag: str = "") -> Package:
+    """Create the delivery's package and say whether it can fly; a repeated request changes nothing."""
+    with transaction.atomic():
+        existing = Package.objects.select_for_update().filter(delivery_id=delivery_id).first()
+        if existing is not None:  # the same request again, or a delivery that already ended
+            return existing
+        reason = fitness_problem(size=size, weight_kg=weight_kg)
+        package = Package.objects.create(
+            delivery_id=delivery_id,
+            package_id=package_id,
+            size=size,
+            weight_kg=weight_kg,
+            tag=tag,
+            status=Package.Status.REJECTED if reason else Package.Status.READY,
+            reason=reason or "",
+        )
+        if reason:
+            publish(
+                PackageRejected(delivery_id=delivery_id, package_id=package_id, reason=reason),
+                stream=_stream(delivery_id),
+            )
+        else:
+            publish(
+                PackageReady(delivery_id=delivery_id, package_id=package_id, size=size, weight_kg=weight_kg),
+                stream=_stream(delivery_id),
+            )
+        return package
+
+
+def mark_in_transit(*, delivery_id: UUID) -> None:
+    with transaction.atomic():
+        Package.objects.filter(delivery_id=delivery_id, status=Package.Status.READY).update(
+            status=Package.Status.IN_TRANSIT
+        )
+
+
+def mark_delivered(*, delivery_id: UUID) -> None:
+    with transaction.atomic():
+        Package.objects.filter(delivery_id=delivery_id).exclude(status=Package.Status.CANCELLED).update(
+            status=Package.Status.DELIVERED
+        )
+
+
+def cancel_package(*, delivery_id: UUID, reason: str) -> Package:
+    """Compensation for a failed or cancelled delivery; idempotent.
+
+    A delivery that ended before its package was registered leaves a cancelled tombstone,
+    so the late `delivery.requested` cannot make a package ready again.
+    """
+    with transaction.atomic():
+        package, created = Package.objects.select_for_update().get_or_create(
+            delivery_id=delivery_id, defaults={"status": Package.Status.CANCELLED, "reason": reason}
+        )
+        if created or package.status in (Package.Status.CANCELLED, Package.Status.DELIVERED):
+            return package
+        was_ready = package.status in (Package.Status.READY, Package.Status.IN_TRANSIT)
+        package.status, package.reason = Package.Status.CANCELLED, reason
+        package.save(update_fields=["status", "reason", "updated_at"])
+        if was_ready:
+            publish(
+                PackageCancelled(delivery_id=delivery_id, package_id=package.package_id, reason=reason),
+                stream=_stream(delivery_id),
+            )
+        return package
