@@ -5,7 +5,7 @@ from uuid import UUID, uuid4
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
-from ninja import Header, NinjaAPI
+from ninja import Header, NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.pagination import PageNumberPagination, paginate
 from ninja.parser import Parser
@@ -138,6 +138,15 @@ def _delivery(delivery: Delivery) -> dict:
     }
 
 
+def _status(delivery: Delivery) -> dict:
+    return {
+        "status": delivery.status,
+        "status_reason": delivery.status_reason or None,
+        "last_known_location": _location(delivery.last_known_location),
+        "delivery_eta": delivery.eta,
+    }
+
+
 @api.post("/deliveryrequests", response={202: DeliveryAccepted, **ERRORS}, by_alias=True, summary="Request a delivery")
 def request_delivery(
     request,
@@ -164,7 +173,7 @@ def request_delivery(
         answer=lambda d: DeliveryAccepted.model_validate(_accepted(d)).model_dump(mode="json", by_alias=True),
     )
     response["Location"] = f"/api/deliveries/{delivery.id}"
-    return 202, delivery.first_answer
+    return Status(202, delivery.first_answer)
 
 
 @api.get("/deliveries", response=list[DeliveryOut], by_alias=True, summary="My deliveries, newest first")
@@ -175,18 +184,12 @@ def list_deliveries(request):
 
 @api.get("/deliveries/{delivery_id}", response={200: DeliveryOut, **ERRORS}, by_alias=True)
 def get_delivery(request, delivery_id: UUID):
-    return 200, _delivery(_own(request, delivery_id))
+    return Status(200, _delivery(_own(request, delivery_id)))
 
 
 @api.get("/deliveries/{delivery_id}/status", response={200: DeliveryStatusOut, **ERRORS}, by_alias=True)
 def get_status(request, delivery_id: UUID):
-    delivery = _own(request, delivery_id)
-    return 200, {
-        "status": delivery.status,
-        "status_reason": delivery.status_reason or None,
-        "last_known_location": _location(delivery.last_known_location),
-        "delivery_eta": delivery.eta,
-    }
+    return Status(200, _status(_own(request, delivery_id)))
 
 
 @api.get(
@@ -196,7 +199,7 @@ def get_status(request, delivery_id: UUID):
     summary="Every event of the delivery in causal order, with who processed it",
 )
 def get_timeline(request, delivery_id: UUID):
-    return 200, selectors.timeline(_own(request, delivery_id))
+    return Status(200, selectors.timeline(_own(request, delivery_id)))
 
 
 @api.delete(
@@ -210,10 +213,5 @@ def cancel_delivery(request, delivery_id: UUID):
     try:
         delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
     except services.DeliveryNotCancellable as error:
-        return 409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]}
-    return 202, {
-        "status": delivery.status,
-        "status_reason": delivery.status_reason,
-        "last_known_location": _location(delivery.last_known_location),
-        "delivery_eta": delivery.eta,
-    }
+        return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
+    return Status(202, _status(delivery))

@@ -1,5 +1,6 @@
 """Delivery use cases: each one transaction, its events inside it."""
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,8 +47,9 @@ class DeliveryRequest:
     package_tag: str
 
 
-def _stream(delivery: Delivery) -> str:
-    return f"delivery:{delivery.id}"
+def _announce(delivery: Delivery, event) -> None:
+    """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
+    publish(event, stream=f"delivery:{delivery.id}", correlation_id=delivery.id)
 
 
 def request_delivery(
@@ -84,7 +86,8 @@ def request_delivery(
             )
             delivery.first_answer = answer(delivery)
             delivery.save(update_fields=["first_answer"])
-            publish(
+            _announce(
+                delivery,
                 DeliveryRequested(
                     delivery_id=delivery.id,
                     pickup=Location(**request.pickup),
@@ -100,8 +103,6 @@ def request_delivery(
                         tag=request.package_tag or None,
                     ),
                 ),
-                stream=_stream(delivery),
-                correlation_id=delivery.id,
             )
             return delivery, True
     except IntegrityError:
@@ -119,9 +120,9 @@ def _dispatch_when_ready(delivery: Delivery) -> None:
     """The join: both halves in, in either order, exactly once."""
     if delivery.status in (Status.REQUESTED, Status.SCHEDULED) and delivery.package_ready and delivery.drone_id:
         delivery.status = Status.IN_TRANSIT
-        publish(
+        _announce(
+            delivery,
             DeliveryDispatched(delivery_id=delivery.id, drone_id=delivery.drone_id, package_id=delivery.package_id),
-            stream=_stream(delivery),
         )
 
 
@@ -129,7 +130,7 @@ def _fail(delivery: Delivery, reason: str) -> None:
     if delivery.is_terminal:
         return
     delivery.status, delivery.status_reason = Status.FAILED, reason
-    publish(DeliveryFailed(delivery_id=delivery.id, reason=reason), stream=_stream(delivery))
+    _announce(delivery, DeliveryFailed(delivery_id=delivery.id, reason=reason))
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
@@ -185,7 +186,7 @@ def record_arrival(*, delivery_id: UUID, location: dict, sequence: int) -> Deliv
         delivery.status = Status.DELIVERED
         delivery.last_known_location = location
         delivery.last_position_sequence = max(sequence, delivery.last_position_sequence)
-        publish(DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id), stream=_stream(delivery))
+        _announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
         delivery.save()
         return delivery
 
@@ -207,6 +208,14 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer) -> Delivery:
         if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
             raise DeliveryNotCancellable(delivery.status)
         delivery.status, delivery.status_reason = Status.CANCELLED, "cancelled_by_customer"
-        publish(DeliveryCancelled(delivery_id=delivery.id, reason="cancelled_by_customer"), stream=_stream(delivery))
+        _announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason="cancelled_by_customer"))
         delivery.save()
         return delivery
+
+
+def create_customer(*, name: str) -> tuple[Customer, str]:
+    """Create a customer and return its bearer token, which is shown once and stored only hashed."""
+    token = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        customer = Customer.objects.create(name=name, token_hash=Customer.hash_token(token))
+    return customer, token

@@ -21,3 +21,7 @@ OUTBOX_MAX_BACKOFF_MS = 200
 OUTBOX_MAX_HOPS = 8
 OUTBOX_RELAY_POLL_SECONDS = 0.2
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Flights land at once, with few reports, so the choreography runs at test speed.
+DRONE_SIMULATION_SPEEDUP = 1_000_000
+DRONE_POSITION_REPORTS = 3

@@ -1,0 +1,18 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from deliveries.models import Customer
+from deliveries.services import create_customer
+
+
+class Command(BaseCommand):
+    help = "Create an API customer; its bearer token is printed alone on the last line (shown only once)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+
+    def handle(self, *, name, **options):
+        if Customer.objects.filter(name=name).exists():
+            raise CommandError(f"a customer named {name!r} exists already")
+        customer, token = create_customer(name=name)
+        self.stdout.write(f"created customer {customer.name} ({customer.id}); its token:")
+        self.stdout.write(token)

@@ -1,0 +1,95 @@
+import random
+import sys
+import threading
+import time
+from uuid import uuid4
+
+import dramatiq
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from deliveries.services import create_customer
+from delivery_project import simulation
+from drones.models import Drone
+from drones.services import seed_fleet
+from outbox.relay import Relay
+
+
+class Command(BaseCommand):
+    help = (
+        "Submit N delivery requests through the customer API, wait until every delivery is terminal, and print "
+        "counts per status and p50/p95 time from request to delivered. With --url it talks to a running server "
+        "(start one with ./dev up); without, it runs the API, a relay and a worker in this process."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--deliveries", type=int, default=100)
+        parser.add_argument("--url", help="Base URL of a running server, e.g. http://127.0.0.1:8000")
+        parser.add_argument("--drones", type=int, default=20, help="Fleet to seed if there is none.")
+        parser.add_argument("--rate", type=float, default=0, help="Requests per second (0: as fast as possible).")
+        parser.add_argument("--concurrency", type=int, default=8, help="Requests in flight at once.")
+        parser.add_argument("--timeout", type=float, default=600, help="Seconds to wait for terminal states.")
+        parser.add_argument("--seed", type=int, default=7, help="Random seed for the generated requests.")
+
+    def handle(self, *, deliveries, url, drones, rate, concurrency, timeout, seed, verbosity, **options):
+        base = (47.6205, -122.3493)
+        if not Drone.objects.exists():
+            seed_fleet(count=drones, latitude=base[0], longitude=base[1])
+        _, token = create_customer(name=f"simulator-{uuid4().hex[:8]}")
+        api = simulation.Api(token=token, url=url)
+        stop = threading.Event()
+        background = [] if url else self._run_relay_and_worker(stop)
+        rng = random.Random(seed)
+        requests = [
+            simulation.random_request(rng, latitude=base[0], longitude=base[1], radius_km=3) for _ in range(deliveries)
+        ]
+        began = time.monotonic()
+        try:
+            ids = simulation.submit(
+                api,
+                requests,
+                concurrency=concurrency,
+                rate=rate,
+                progress=self._bar("submitted", deliveries, verbosity),
+            )
+            self._end_bar(verbosity)
+            finished = simulation.wait_until_terminal(
+                api, count=len(ids), timeout=timeout, progress=self._bar("terminal ", deliveries, verbosity)
+            )
+            self._end_bar(verbosity)
+        finally:
+            stop.set()
+            for stopper in background:
+                stopper()
+        self.stdout.write("\n".join(simulation.summary(finished)))
+        self.stdout.write(f"elapsed {time.monotonic() - began:.1f} s")
+        unfinished = sum(d["status"] not in simulation.TERMINAL for d in finished)
+        if unfinished:
+            raise CommandError(f"{unfinished} deliveries were not terminal after {timeout:.0f} s")
+
+    def _run_relay_and_worker(self, stop: threading.Event) -> list:
+        worker = dramatiq.Worker(dramatiq.get_broker(), worker_threads=4, worker_timeout=100)
+        worker.start()
+
+        def relay():
+            try:
+                Relay().run(stop=stop)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=relay, daemon=True)
+        thread.start()
+        return [lambda: thread.join(10), lambda: worker.stop(timeout=10_000)]
+
+    def _bar(self, label: str, total: int, verbosity: int):
+        def show(done: int) -> None:
+            if verbosity:
+                filled = int(30 * done / max(total, 1))
+                sys.stdout.write(f"\r{label} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+                sys.stdout.flush()
+
+        return show
+
+    def _end_bar(self, verbosity: int) -> None:
+        if verbosity:
+            sys.stdout.write("\n")

@@ -1,0 +1,141 @@
+"""A load of customers for `manage.py simulate`: requests through the real API, then a summary."""
+
+import json
+import random
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from uuid import uuid4
+
+from django.test import Client
+from django.utils import timezone
+
+TERMINAL = {"delivered", "failed", "cancelled"}
+
+
+class Api:
+    """Calls the customer API over HTTP, or in-process through Django's test client."""
+
+    def __init__(self, *, token: str, url: str | None):
+        self.token, self.url = token, url.rstrip("/") if url else None
+        self._local = threading.local()
+
+    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        data = json.dumps(body).encode() if body is not None else None
+        if self.url is None:
+            client = getattr(self._local, "client", None) or Client()
+            self._local.client = client
+            response = client.generic(
+                method,
+                f"/api{path}",
+                data or b"",
+                content_type="application/json",
+                headers={"Authorization": headers["Authorization"]},
+            )
+            return response.status_code, json.loads(response.content or b"{}")
+        request = urllib.request.Request(f"{self.url}/api{path}", data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+
+def random_request(rng: random.Random, *, latitude: float, longitude: float, radius_km: float) -> dict:
+    def near() -> dict:
+        return {
+            "latitude": latitude + rng.uniform(-1, 1) * radius_km / 111.32,
+            "longitude": longitude + rng.uniform(-1, 1) * radius_km / 74.0,
+            "altitude": 0,
+        }
+
+    weight = round(rng.uniform(0.2, 6.0), 2)  # a few are too heavy for their size class
+    size = "Small" if weight <= 2 else "Medium" if weight <= 4.5 else rng.choice(["Medium", "Large"])
+    return {
+        "pickupLocation": near(),
+        "dropOffLocation": near(),
+        "pickupTime": timezone.now().isoformat(),
+        "deadline": (timezone.now() + timedelta(hours=2)).isoformat(),
+        "expedited": rng.random() < 0.2,
+        "confirmationRequired": "None",
+        "packageInfo": {"packageId": str(uuid4()), "size": size, "weight": weight, "tag": "simulated"},
+    }
+
+
+def submit(
+    api: Api, requests: list[dict], *, concurrency: int, rate: float, progress: Callable[[int], None]
+) -> list[str]:
+    """POST every request; returns the accepted delivery ids."""
+    started, done, ids, lock = time.monotonic(), [0], [], threading.Lock()
+
+    def send(i_body):
+        i, body = i_body
+        if rate:
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                threading.Event().wait(delay)
+        status, answer = api.call("POST", "/deliveryrequests", body)
+        if status != 202:
+            raise RuntimeError(f"request {i} answered {status}: {answer}")
+        with lock:
+            ids.append(answer["deliveryId"])
+            done[0] += 1
+            progress(done[0])
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(send, enumerate(requests)))
+    return ids
+
+
+def fetch_all(api: Api) -> list[dict]:
+    deliveries, page = [], 1
+    while True:
+        status, body = api.call("GET", f"/deliveries?page={page}")
+        if status != 200:
+            raise RuntimeError(f"listing deliveries answered {status}: {body}")
+        deliveries.extend(body["items"])
+        if len(deliveries) >= body["count"] or not body["items"]:
+            return deliveries
+        page += 1
+
+
+def wait_until_terminal(api: Api, *, count: int, timeout: float, progress: Callable[[int], None]) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        deliveries = fetch_all(api)
+        finished = sum(d["status"] in TERMINAL for d in deliveries)
+        progress(finished)
+        if finished >= count or time.monotonic() > deadline:
+            return deliveries
+        threading.Event().wait(0.5)
+
+
+def summary(deliveries: list[dict]) -> list[str]:
+    """Counts per status and p50/p95 seconds from request to delivered, as table lines."""
+    counts = Counter(d["status"] for d in deliveries)
+    reasons = Counter(d["statusReason"] for d in deliveries if d["status"] == "failed")
+    durations = sorted(
+        (datetime.fromisoformat(d["updatedAt"]) - datetime.fromisoformat(d["createdAt"])).total_seconds()
+        for d in deliveries
+        if d["status"] == "delivered"
+    )
+    lines = [f"{'status':<12} {'count':>6}", f"{'-' * 12} {'-' * 6}"]
+    lines += [
+        f"{status:<12} {counts.get(status, 0):>6}"
+        for status in ("requested", "scheduled", "in_transit", "delivered", "failed", "cancelled")
+    ]
+    lines += [f"{'total':<12} {len(deliveries):>6}", ""]
+    lines += [f"failed because {reason}: {n}" for reason, n in reasons.most_common()]
+    if durations:
+        p95 = durations[min(len(durations) - 1, round(0.95 * (len(durations) - 1)))]
+        lines.append(
+            f"request -> delivered: p50 {statistics.median(durations):.2f} s, p95 {p95:.2f} s (n={len(durations)})"
+        )
+    return lines

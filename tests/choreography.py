@@ -1,0 +1,48 @@
+"""Run the choreography in a chosen order: outbox events handed to their subscribers synchronously.
+
+It uses the real dispatch (inbox, handler, events published in the same transaction); only
+the broker hop is replaced, so a test can decide which message arrives first.
+"""
+
+from uuid import UUID
+
+from outbox.dispatch import dispatch
+from outbox.models import OutboxMessage
+from outbox.subscriptions import subscribers_of
+
+
+class Choreography:
+    def __init__(self):
+        self.handed_over: set[tuple[int, str]] = set()
+
+    def pending(self, delivery_id: UUID, type: str | None = None, *, only: str | None = None) -> list[OutboxMessage]:
+        """Events of the delivery that some subscriber (or `only`) has not been handed yet."""
+        rows = OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id")
+        return [
+            row
+            for row in (rows.filter(type=type) if type else rows)
+            if any((row.id, s) not in self.handed_over for s in subscribers_of(row.type) if only in (None, s))
+        ]
+
+    def deliver(self, type: str, delivery_id: UUID, *, only: str | None = None) -> int:
+        """Hand every pending `type` event of the delivery to its subscribers (or just `only`)."""
+        rows = self.pending(delivery_id, type, only=only)
+        for row in rows:
+            self.hand_over(row, only=only)
+        return len(rows)
+
+    def hand_over(self, row: OutboxMessage, *, only: str | None = None) -> None:
+        for subscriber in subscribers_of(row.type):
+            if only in (None, subscriber) and (row.id, subscriber) not in self.handed_over:
+                self.handed_over.add((row.id, subscriber))
+                dispatch(subscriber=subscriber, body=row.envelope())
+
+    def settle(self, delivery_id: UUID, *, hold: tuple[str, ...] = ()) -> None:
+        """Deliver everything pending, in order, until nothing new appears; `hold` types stay pending."""
+        while rows := [r for r in self.pending(delivery_id) if r.type not in hold]:
+            self.deliver(rows[0].type, delivery_id)
+
+    def published_types(self, delivery_id: UUID) -> list[str]:
+        return list(
+            OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id").values_list("type", flat=True)
+        )

@@ -1,0 +1,179 @@
+"""The workflow, with the order of messages chosen by the test (real dispatch, no broker hop)."""
+
+from uuid import UUID
+
+from deliveries.models import Delivery
+from drones.models import Assignment, Drone
+from notifications.models import Notification
+from outbox.models import InboxMessage
+from packages.models import Package
+from tests.deliveries.conftest import delivery_request
+
+
+def requested(customer) -> UUID:
+    response = customer.request()
+    assert response.status_code == 202, response.json()
+    return UUID(response.json()["deliveryId"])
+
+
+def status(delivery_id) -> str:
+    return Delivery.objects.get(id=delivery_id).status
+
+
+def test_drone_first_then_package_goes_requested_scheduled_in_transit_delivered(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    assert status(delivery_id) == "requested"
+
+    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    choreography.deliver("drone.scheduled", delivery_id)
+    assert status(delivery_id) == "scheduled"
+
+    choreography.deliver("delivery.requested", delivery_id, only="packages")
+    choreography.deliver("package.ready", delivery_id)
+    assert status(delivery_id) == "in_transit"
+
+    choreography.settle(delivery_id)
+    assert status(delivery_id) == "delivered"
+    assert choreography.published_types(delivery_id).count("delivery.dispatched") == 1
+    assert Drone.objects.filter(status="available").count() == 3
+    assert Package.objects.get(delivery_id=delivery_id).status == "delivered"
+
+
+def test_package_first_then_drone_dispatches_once(customer, fleet, choreography):
+    delivery_id = requested(customer)
+
+    choreography.deliver("delivery.requested", delivery_id, only="packages")
+    choreography.deliver("package.ready", delivery_id)
+    assert status(delivery_id) == "requested"
+    assert Delivery.objects.get(id=delivery_id).package_ready
+
+    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    choreography.deliver("drone.scheduled", delivery_id)
+    assert status(delivery_id) == "in_transit"
+
+    choreography.settle(delivery_id)
+    assert status(delivery_id) == "delivered"
+    assert choreography.published_types(delivery_id).count("delivery.dispatched") == 1
+
+
+def test_a_rejected_package_fails_the_delivery_and_releases_its_drone(customer, fleet, choreography):
+    response = customer.request(delivery_request(packageInfo={"size": "Small", "weight": 3.5}))
+    delivery_id = UUID(response.json()["deliveryId"])
+
+    choreography.settle(delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "too_heavy")
+    assert Assignment.objects.get(delivery_id=delivery_id).status == "released"
+    assert Drone.objects.filter(status="available").count() == 3
+    assert "drone_released" in delivery.compensations
+    types = choreography.published_types(delivery_id)
+    assert types.index("package.rejected") < types.index("delivery.failed") < types.index("drone.released")
+
+
+def test_no_drone_fails_the_delivery_and_cancels_its_package(customer, choreography, db):
+    delivery_id = requested(customer)  # no fleet at all
+
+    choreography.settle(delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "payload_exceeds_fleet")
+    assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
+    assert delivery.compensations == ["package_cancelled"]
+
+
+def test_every_drone_busy_is_reported_as_no_drone_available(customer, fleet, choreography):
+    Drone.objects.update(status="maintenance")
+    delivery_id = requested(customer)
+
+    choreography.settle(delivery_id)
+
+    assert Delivery.objects.get(id=delivery_id).status_reason == "no_drone_available"
+
+
+def test_cancel_before_dispatch_releases_the_drone_and_cancels_the_package(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id)
+    choreography.deliver("drone.scheduled", delivery_id)
+    assert Drone.objects.filter(status="reserved").count() == 1
+
+    response = customer.cancel(delivery_id)
+    assert response.status_code == 202
+    assert response.json()["status"] == "cancelled"
+    choreography.settle(delivery_id)
+
+    assert Drone.objects.filter(status="available").count() == 3
+    assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
+    assert sorted(Delivery.objects.get(id=delivery_id).compensations) == ["drone_released", "package_cancelled"]
+    assert status(delivery_id) == "cancelled"
+
+
+def test_a_late_ready_package_cannot_resurrect_a_cancelled_delivery(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    assert customer.cancel(delivery_id).status_code == 202
+    choreography.deliver("delivery.cancelled", delivery_id)  # compensations run before the request arrives
+
+    choreography.settle(delivery_id)
+
+    assert status(delivery_id) == "cancelled"
+    assert Drone.objects.filter(status="available").count() == 3
+    assert "drone.scheduled" not in choreography.published_types(delivery_id)
+
+
+def test_cancel_in_transit_is_refused_with_409(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+    assert status(delivery_id) == "in_transit"
+
+    response = customer.cancel(delivery_id)
+
+    assert response.status_code == 409
+    assert "in_transit" in response.json()["detail"]
+    assert status(delivery_id) == "in_transit"
+
+
+def test_a_stale_position_report_does_not_overwrite_a_newer_one(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, *_, last = choreography.pending(delivery_id, "drone.position_reported")
+
+    choreography.hand_over(last)  # the newer report arrives first
+    choreography.hand_over(first)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert delivery.last_position_sequence == last.sequence
+    assert delivery.last_known_location["latitude"] == last.payload["latitude"]
+    assert InboxMessage.objects.filter(message_id=first.message_id, subscriber="deliveries").exists()
+
+
+def test_notifications_record_one_per_delivery_and_kind(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id)
+    completed = choreography.published_types(delivery_id).index("delivery.completed")
+    assert completed
+
+    assert sorted(Notification.objects.filter(delivery_id=delivery_id).values_list("kind", flat=True)) == [
+        "completed",
+        "dispatched",
+    ]
+
+
+def test_the_timeline_lists_events_in_causal_order_with_their_subscribers(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id)
+
+    timeline = customer.get(f"/deliveries/{delivery_id}/timeline").json()
+
+    by_id = {e["messageId"]: i for i, e in enumerate(timeline)}
+    assert timeline[0]["type"] == "delivery.requested" and timeline[0]["causationId"] is None
+    for position, event in enumerate(timeline[1:], start=1):
+        assert by_id[event["causationId"]] < position, f"{event['type']} listed before its cause"
+    first = timeline[0]
+    assert first["publishedBy"] == "deliveries"
+    assert {(s["subscriber"], s["outcome"]) for s in first["subscribers"]} == {
+        ("drones", "processed"),
+        ("packages", "processed"),
+    }
+    types = [e["type"] for e in timeline]
+    assert types.index("drone.arrived") < types.index("delivery.completed") < types.index("drone.released")
+    assert all(s["outcome"] == "processed" for e in timeline for s in e["subscribers"])
