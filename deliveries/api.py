@@ -33,7 +33,10 @@ class JsonBodyParser(Parser):
     def parse_body(self, request: HttpRequest):
         if request.content_type != "application/json":
             raise NotJson(request.content_type or "none")
-        return json.loads(request.body)
+        data = json.loads(request.body)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got a JSON {type(data).__name__}")
+        return data
 
 
 class CustomerToken(HttpBearer):
@@ -77,7 +80,7 @@ def http_error(request, exc: HttpError):
             [{"field": "Content-Type", "message": "expected application/json"}],
         )
     if isinstance(cause, ValueError):
-        return _error(request, 400, "the body is not valid JSON", [{"field": "body", "message": str(cause)}])
+        return _error(request, 400, "the body is not a JSON object", [{"field": "body", "message": str(cause)}])
     return _error(request, exc.status_code, str(exc))
 
 

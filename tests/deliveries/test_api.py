@@ -1,0 +1,184 @@
+"""The customer API: the ingestion contract, ownership, and clear errors for bad input."""
+
+import json
+from uuid import UUID, uuid4
+
+import pytest
+from django.test import Client
+
+from deliveries.models import Delivery
+from outbox.models import OutboxMessage
+from tests.deliveries.conftest import delivery_request
+
+
+def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(customer):
+    response = customer.request()
+
+    assert response.status_code == 202
+    body = response.json()
+    delivery_id = UUID(body["deliveryId"])
+    assert body["status"] == "requested"
+    assert body["packageInfo"]["size"] == "Small" and body["packageInfo"]["weight"] == 1.5
+    assert UUID(body["packageInfo"]["packageId"])
+    assert body["dropOffLocation"]["longitude"] == pytest.approx(-122.3393)
+    assert response.headers["Location"] == f"/api/deliveries/{delivery_id}"
+    event = OutboxMessage.objects.get()
+    assert (event.type, event.correlation_id, event.payload["delivery_id"]) == (
+        "delivery.requested",
+        delivery_id,
+        str(delivery_id),
+    )
+
+
+def test_repeating_an_idempotency_key_answers_the_first_answer_and_creates_nothing(customer):
+    first = customer.request(delivery_request(), **{"Idempotency-Key": "k1"})
+    again = customer.request(delivery_request(expedited=True), **{"Idempotency-Key": "k1"})
+
+    assert first.status_code == again.status_code == 202
+    assert again.json() == first.json()
+    assert Delivery.objects.count() == 1 and OutboxMessage.objects.count() == 1
+    assert customer.request(**{"Idempotency-Key": "k2"}).json()["deliveryId"] != first.json()["deliveryId"]
+
+
+def test_a_customer_lists_and_reads_their_own_deliveries(customer):
+    ids = [customer.request().json()["deliveryId"] for _ in range(3)]
+
+    listing = customer.get("/deliveries").json()
+    assert listing["count"] == 3
+    assert [d["deliveryId"] for d in listing["items"]] == ids[::-1]  # newest first
+    one = customer.get(f"/deliveries/{ids[0]}").json()
+    assert one["status"] == "requested" and one["droneId"] is None and one["createdAt"]
+    status = customer.get(f"/deliveries/{ids[0]}/status").json()
+    assert status == {"status": "requested", "statusReason": None, "lastKnownLocation": None, "deliveryEta": None}
+
+
+def test_the_list_is_paginated(customer):
+    for _ in range(21):
+        customer.request()
+
+    second = customer.get("/deliveries?page=2").json()
+
+    assert second["count"] == 21 and len(second["items"]) == 1
+
+
+@pytest.mark.parametrize("path", ["/deliveries/{id}", "/deliveries/{id}/status", "/deliveries/{id}/timeline"])
+def test_another_customers_delivery_is_404(customer, other_customer, path):
+    delivery_id = customer.request().json()["deliveryId"]
+
+    response = other_customer.get(path.format(id=delivery_id))
+
+    assert response.status_code == 404
+    assert other_customer.get("/deliveries").json()["count"] == 0
+
+
+def test_another_customer_cannot_cancel_a_delivery(customer, other_customer):
+    delivery_id = customer.request().json()["deliveryId"]
+
+    assert other_customer.cancel(delivery_id).status_code == 404
+    assert Delivery.objects.get(id=delivery_id).status == "requested"
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer not-a-token", "Basic dXNlcjpwYXNz"])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("post", "/api/deliveryrequests"), ("get", "/api/deliveries"), ("get", f"/api/deliveries/{uuid4()}")],
+)
+def test_no_valid_token_is_401(db, authorization, method, path):
+    headers = {"Authorization": authorization} if authorization else {}
+    response = getattr(Client(), method)(
+        path,
+        headers=headers,
+        content_type="application/json",
+        data=json.dumps(delivery_request()) if method == "post" else None,
+    )
+
+    assert response.status_code == 401
+    assert response.json()["errors"][0]["field"] == "Authorization"
+
+
+def _without(body: dict, dotted: str) -> dict:
+    body = json.loads(json.dumps(body))
+    *parents, leaf = dotted.split(".")
+    target = body
+    for key in parents:
+        target = target[key]
+    del target[leaf]
+    return body
+
+
+def _with(dotted: str, value) -> dict:
+    body = delivery_request()
+    *parents, leaf = dotted.split(".")
+    target = body
+    for key in parents:
+        target = target[key]
+    target[leaf] = value
+    return body
+
+
+BAD_BODIES = [
+    ("weight zero", _with("packageInfo.weight", 0), 422, "packageInfo.weight"),
+    ("weight negative", _with("packageInfo.weight", -2), 422, "packageInfo.weight"),
+    ("weight not a number", _with("packageInfo.weight", "heavy"), 422, "packageInfo.weight"),
+    ("latitude above 90", _with("pickupLocation.latitude", 91), 422, "pickupLocation.latitude"),
+    ("latitude below -90", _with("dropOffLocation.latitude", -90.5), 422, "dropOffLocation.latitude"),
+    ("longitude outside", _with("dropOffLocation.longitude", 181), 422, "dropOffLocation.longitude"),
+    ("unknown size", _with("packageInfo.size", "Huge"), 422, "packageInfo.size"),
+    ("deadline before pickup", _with("deadline", "2000-01-01T00:00:00Z"), 422, "deadline"),
+    ("pickup time not a date", _with("pickupTime", "tomorrow-ish"), 422, "pickupTime"),
+    ("unknown confirmation", _with("confirmationRequired", "Telepathy"), 422, "confirmationRequired"),
+    ("missing package info", _without(delivery_request(), "packageInfo"), 422, "packageInfo"),
+    ("missing pickup location", _without(delivery_request(), "pickupLocation"), 422, "pickupLocation"),
+    ("location not an object", _with("pickupLocation", "Seattle"), 422, "pickupLocation"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "status", "field"), BAD_BODIES, ids=[c[0] for c in BAD_BODIES])
+def test_bad_input_gets_a_4xx_naming_the_field(customer, case, body, status, field):
+    response = customer.client.post("/api/deliveryrequests", json.dumps(body), content_type="application/json")
+
+    assert response.status_code == status, response.content
+    fields = [e["field"] for e in response.json()["errors"]]
+    assert any(f == field or f.startswith(f"{field}.") for f in fields), fields
+    assert Delivery.objects.count() == 0 and OutboxMessage.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("case", "data", "content_type", "status", "field"),
+    [
+        ("malformed JSON", b'{"pickupLocation": ', "application/json", 400, "body"),
+        ("JSON but not an object", b"[1, 2]", "application/json", 400, "body"),
+        ("wrong content type", b"pickupTime=now", "application/x-www-form-urlencoded", 415, "Content-Type"),
+        ("plain text", b"deliver it", "text/plain", 415, "Content-Type"),
+        (
+            "body over 64 KiB",
+            json.dumps({**delivery_request(), "pad": "x" * 70_000}).encode(),
+            "application/json",
+            413,
+            "body",
+        ),
+        ("empty body", b"", "application/json", 422, "body"),
+    ],
+)
+def test_unreadable_bodies_get_a_4xx_naming_what_is_wrong(customer, case, data, content_type, status, field):
+    response = customer.client.post("/api/deliveryrequests", data, content_type=content_type)
+
+    assert response.status_code == status, response.content
+    assert field in [e["field"] for e in response.json()["errors"]]
+    assert Delivery.objects.count() == 0
+
+
+@pytest.mark.parametrize("path", ["/api/deliveries/not-a-uuid", "/api/deliveries/not-a-uuid/status"])
+def test_a_malformed_id_is_a_4xx_not_a_500(customer, path):
+    response = customer.client.get(path)
+    assert 400 <= response.status_code < 500
+
+
+def test_the_openapi_schema_and_docs_are_served(db):
+    schema = Client().get("/api/openapi.json")
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert {"/api/deliveryrequests", "/api/deliveries", "/api/deliveries/{delivery_id}/timeline"} <= set(paths)
+    request_schema = schema.json()["components"]["schemas"]["DeliveryRequestIn"]
+    assert {"pickupLocation", "dropOffLocation", "packageInfo"} <= set(request_schema["properties"])
+    assert Client().get("/api/docs").status_code == 200

@@ -1,0 +1,105 @@
+"""The whole choreography on the real database and broker: API, relay, worker, every context."""
+
+import threading
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+
+from deliveries.models import Delivery
+from drones.models import Drone
+from drones.services import seed_fleet
+from notifications.models import Notification
+from outbox.models import DeadLetter, OutboxMessage
+from outbox.relay import Relay
+from tests.conftest import wait_until
+from tests.deliveries.conftest import BASE, Customer, delivery_request
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def system(worker, broker):
+    """A relay and a worker running, as in production."""
+    stop = threading.Event()
+
+    def relay():
+        try:
+            Relay(broker=broker).run(stop=stop)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(10)
+
+
+def all_terminal(count: int) -> bool:
+    return Delivery.objects.filter(status__in=Delivery.TERMINAL).count() == count
+
+
+def test_one_delivery_is_delivered_end_to_end(system):
+    seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+    alice = Customer("alice")
+
+    delivery_id = alice.request().json()["deliveryId"]
+
+    wait_until(
+        lambda: alice.get(f"/deliveries/{delivery_id}/status").json()["status"] == "delivered",
+        what="the delivery to be delivered",
+    )
+    status = alice.get(f"/deliveries/{delivery_id}/status").json()
+    assert status["lastKnownLocation"]["latitude"] == pytest.approx(BASE[0] - 0.01)
+    wait_until(lambda: Drone.objects.filter(status="available").count() == 2, what="the drone to be released")
+    wait_until(
+        lambda: Notification.objects.filter(delivery_id=delivery_id).count() == 2,
+        what="dispatched and completed notifications",
+    )
+    timeline = alice.get(f"/deliveries/{delivery_id}/timeline").json()
+    types = [e["type"] for e in timeline]
+    assert types[:1] == ["delivery.requested"] and "delivery.dispatched" in types and "drone.released" in types
+    assert not DeadLetter.objects.exists()
+
+
+def drone_double_bookings() -> list[str]:
+    """Walk each drone's event stream in sequence order: a drone scheduled while still taken is a double booking."""
+    problems, holder = [], defaultdict(lambda: None)
+    events = OutboxMessage.objects.filter(stream__startswith="drone:", type__in=["drone.scheduled", "drone.released"])
+    for event in events.order_by("stream", "sequence"):
+        delivery = event.payload["delivery_id"]
+        if event.type == "drone.scheduled":
+            if holder[event.stream] is not None:
+                problems.append(f"{event.stream} scheduled for {delivery} while held by {holder[event.stream]}")
+            holder[event.stream] = delivery
+        elif holder[event.stream] == delivery:
+            holder[event.stream] = None
+    return problems
+
+
+def test_200_concurrent_requests_against_20_drones_never_double_book(system):
+    seed_fleet(count=20, latitude=BASE[0], longitude=BASE[1])
+    customers = [Customer(f"customer-{i}") for i in range(8)]
+
+    def request(i: int) -> int:
+        try:
+            return customers[i % 8].request(delivery_request()).status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = Counter(pool.map(request, range(200)))
+
+    assert answers == {202: 200}
+    wait_until(lambda: all_terminal(200), timeout=180, what="all 200 deliveries to end")
+    statuses = Counter(Delivery.objects.values_list("status", flat=True))
+    assert statuses["delivered"] + statuses["failed"] + statuses["cancelled"] == 200
+    assert statuses["delivered"] >= 20
+    assert drone_double_bookings() == []
+    wait_until(
+        lambda: Drone.objects.filter(status="available", delivery_id=None).count() == 20,
+        what="every drone to be released",
+    )
+    assert not DeadLetter.objects.exists()
