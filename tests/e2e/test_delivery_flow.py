@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from deliveries.models import Delivery
-from drones.models import Drone
+from drones.models import Assignment, Drone
 from drones.services import seed_fleet
 from notifications.models import Notification
 from outbox.models import DeadLetter, OutboxMessage
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def system(worker, broker):
-    """A relay and a worker running, as in production."""
-    stop = threading.Event()
+def start_relay(worker, broker):
+    """Start a relay beside the running worker, as in production; stopped after the test."""
+    stop, threads = threading.Event(), []
 
     def relay():
         try:
@@ -30,11 +30,19 @@ def system(worker, broker):
         finally:
             connection.close()
 
-    thread = threading.Thread(target=relay, daemon=True)
-    thread.start()
-    yield
+    def start():
+        threads.append(threading.Thread(target=relay, daemon=True))
+        threads[-1].start()
+
+    yield start
     stop.set()
-    thread.join(10)
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.fixture
+def system(start_relay):
+    start_relay()
 
 
 def all_terminal(count: int) -> bool:
@@ -103,3 +111,51 @@ def test_200_concurrent_requests_against_20_drones_never_double_book(system):
         what="every drone to be released",
     )
     assert not DeadLetter.objects.exists()
+
+
+def test_a_rejected_package_fails_the_delivery_and_its_drone_is_released(system):
+    seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+    alice = Customer("alice")
+
+    delivery_id = alice.request(delivery_request(packageInfo={"size": "Small", "weight": 4})).json()["deliveryId"]
+
+    wait_until(lambda: Delivery.objects.get(id=delivery_id).status == "failed", what="the delivery to fail")
+    assert Delivery.objects.get(id=delivery_id).status_reason == "too_heavy"
+    # Whether the drone was reserved before the failure reached the scheduler or not, it ends released.
+    wait_until(
+        lambda: Assignment.objects.filter(delivery_id=delivery_id, status="released").exists(),
+        what="the drone assignment to be released",
+    )
+    wait_until(lambda: Drone.objects.filter(status="available").count() == 2, what="both drones free")
+
+
+def test_no_drone_fails_the_delivery_and_its_package_is_cancelled(system):
+    alice = Customer("alice")  # no fleet
+
+    delivery_id = alice.request().json()["deliveryId"]
+
+    wait_until(
+        lambda: Delivery.objects.get(id=delivery_id).compensations == ["package_cancelled"],
+        what="the package to be cancelled",
+    )
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "payload_exceeds_fleet")
+
+
+def test_a_cancel_before_anything_ran_leaves_no_drone_reserved(start_relay):
+    seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+    alice = Customer("alice")
+    delivery_id = alice.request().json()["deliveryId"]
+    assert alice.cancel(delivery_id).status_code == 202  # nothing relayed yet: certainly before dispatch
+
+    start_relay()
+
+    wait_until(
+        lambda: (
+            OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
+            and Notification.objects.filter(delivery_id=delivery_id, kind="cancelled").exists()
+        ),
+        what="the request and the cancellation to be processed",
+    )
+    wait_until(lambda: Drone.objects.filter(status="available").count() == 2, what="no drone left reserved")
+    assert Delivery.objects.get(id=delivery_id).status == "cancelled"
