@@ -94,6 +94,10 @@ OUTBOX_MAX_RETRIES = int(os.environ.get("OUTBOX_MAX_RETRIES", "5"))
 OUTBOX_MIN_BACKOFF_MS = int(os.environ.get("OUTBOX_MIN_BACKOFF_MS", "1000"))
 OUTBOX_MAX_BACKOFF_MS = int(os.environ.get("OUTBOX_MAX_BACKOFF_MS", "60000"))
 OUTBOX_MAX_HOPS = int(os.environ.get("OUTBOX_MAX_HOPS", "32"))
+# A message still undelivered this long after the relay sent it (queued, retried) is
+# dead-lettered as `expired`: acting on a stale fact does more harm than good. A replay is
+# a fresh send, so an operator can still replay an old dead letter.
+OUTBOX_MESSAGE_TTL_SECONDS = int(os.environ.get("OUTBOX_MESSAGE_TTL_SECONDS", str(7 * 24 * 3600)))
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "200"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))

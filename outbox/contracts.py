@@ -1,5 +1,6 @@
 """Event contracts: each event type is declared once, by the context that publishes it."""
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -41,6 +42,30 @@ class Reader(BaseModel):
     """A subscriber's own view of a payload: just the fields it needs, tolerant of the rest."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+_upcasters: dict[tuple[str, int], Callable[[dict], dict]] = {}
+
+
+def upcaster(event_type: str, *, from_version: int):
+    """Register how a payload of `from_version` becomes one of the next version.
+
+    Declared by the publisher beside its contracts, applied by dispatch, so a message
+    queued before a contract changed is still read by a handler that knows only the new one.
+    """
+
+    def register(function: Callable[[dict], dict]) -> Callable[[dict], dict]:
+        _upcasters[(event_type, from_version)] = function
+        return function
+
+    return register
+
+
+def upcast(event_type: str, version: int, payload: dict, *, wanted: frozenset[int]) -> tuple[int, dict]:
+    """Apply upcasters until the payload is of a version in `wanted`, or none applies."""
+    while version not in wanted and (event_type, version) in _upcasters:
+        payload, version = _upcasters[(event_type, version)](payload), version + 1
+    return version, payload
 
 
 def contracts() -> dict[tuple[str, int], type[Event]]:

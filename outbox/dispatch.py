@@ -8,6 +8,7 @@ and forgotten.
 """
 
 import logging
+import time
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from django.utils import timezone
 from dramatiq.middleware import CurrentMessage
 from pydantic import ValidationError
 
+from outbox.contracts import upcast
 from outbox.dead_letters import Reason, Rejected, record_dead_letter
 from outbox.envelope import Envelope
 from outbox.models import InboxMessage
@@ -36,18 +38,9 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
         return False
 
     sub = subscription(subscriber, envelope.type)
-    refusal = _refusal(sub, subscriber, envelope)
-    if refusal:
-        record_dead_letter(subscriber=subscriber, body=body, reason=refusal[0], error=Rejected(*refusal))
-        return False
     try:
-        payload = sub.read(envelope.payload)
-    except ValidationError as error:
-        record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_PAYLOAD, error=error)
-        return False
-
-    try:
-        return _handle_once(sub, envelope, payload)
+        _refuse_unacceptable(sub, subscriber, envelope)
+        return _handle_once(sub, envelope, _read(sub, envelope))
     except Rejected as error:
         record_dead_letter(subscriber=subscriber, body=body, reason=error.reason, error=error)
         return False
@@ -57,7 +50,7 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
             record_dead_letter(
                 subscriber=subscriber,
                 body=body,
-                reason=Reason.HANDLER_ERROR,
+                reason=Reason.COMPENSATION_FAILED if sub.compensation else Reason.HANDLER_ERROR,
                 error=error,
                 attempts=retries + 1,
                 first_failed_at=first_failed_at,
@@ -66,16 +59,29 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
         raise  # Dramatiq's Retries middleware re-enqueues it with backoff
 
 
-def _refusal(sub: Subscription | None, subscriber: str, envelope: Envelope) -> tuple[str, str] | None:
+def _refuse_unacceptable(sub: Subscription | None, subscriber: str, envelope: Envelope) -> None:
     if sub is None:
-        return Reason.UNKNOWN_TYPE, f"{subscriber} has no handler for {envelope.type}"
-    if envelope.version not in sub.versions:
-        return Reason.UNSUPPORTED_VERSION, (
-            f"{subscriber} reads {envelope.type} versions {sorted(sub.versions)}, not {envelope.version}"
-        )
+        raise Rejected(Reason.UNKNOWN_TYPE, f"{subscriber} has no handler for {envelope.type}")
     if envelope.hops > settings.OUTBOX_MAX_HOPS:
-        return Reason.LOOP_DETECTED, f"{envelope.hops} hops exceed OUTBOX_MAX_HOPS={settings.OUTBOX_MAX_HOPS}"
-    return None
+        raise Rejected(Reason.LOOP_DETECTED, f"{envelope.hops} hops exceed OUTBOX_MAX_HOPS={settings.OUTBOX_MAX_HOPS}")
+    message = CurrentMessage.get_current_message()
+    age = time.time() - message.message_timestamp / 1000 if message else 0
+    if age > settings.OUTBOX_MESSAGE_TTL_SECONDS:
+        raise Rejected(Reason.EXPIRED, f"{age:.0f} s since relayed, over OUTBOX_MESSAGE_TTL_SECONDS")
+
+
+def _read(sub: Subscription, envelope: Envelope) -> Any:
+    """The payload through the subscriber's reader, upcast first to a version it reads."""
+    version, payload = upcast(envelope.type, envelope.version, envelope.payload, wanted=sub.versions)
+    if version not in sub.versions:
+        raise Rejected(
+            Reason.UNSUPPORTED_VERSION,
+            f"{sub.subscriber} reads {envelope.type} versions {sorted(sub.versions)}, not {envelope.version}",
+        )
+    try:
+        return sub.read(payload)
+    except ValidationError as error:
+        raise Rejected(Reason.INVALID_PAYLOAD, str(error)) from error
 
 
 def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:

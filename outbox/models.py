@@ -9,7 +9,7 @@ from django.db.models import Q
 class OutboxMessage(models.Model):
     """An event appended in the same transaction as the state change it announces."""
 
-    message_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    message_id = models.UUIDField(default=uuid.uuid4, editable=False, db_index=True)
     type = models.CharField(max_length=100, db_index=True)
     version = models.PositiveIntegerField()
     source = models.CharField(max_length=100, help_text="The context that published it (its app).")
@@ -27,6 +27,8 @@ class OutboxMessage(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=64, blank=True)
     send_attempts = models.PositiveIntegerField(default=0)
+    # A replay re-sends a dead-lettered message to the one subscriber that failed it.
+    target_subscriber = models.CharField(max_length=100, blank=True, help_text="Blank: every subscriber.")
 
     class Meta:
         indexes = [
@@ -37,7 +39,10 @@ class OutboxMessage(models.Model):
             ),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["stream", "sequence"], name="outbox_stream_sequence_unique"),
+            models.UniqueConstraint(
+                fields=["stream", "sequence"], condition=Q(target_subscriber=""), name="outbox_stream_sequence_unique"
+            ),
+            models.UniqueConstraint(fields=["message_id", "target_subscriber"], name="outbox_message_target_unique"),
         ]
 
     def __str__(self):
@@ -110,7 +115,9 @@ class DeadLetter(models.Model):
     last_failed_at = models.DateTimeField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN, db_index=True)
     replays = models.PositiveIntegerField(default=0)
-    note = models.TextField(blank=True)
+    note = models.TextField(blank=True, help_text="Why it was discarded or replayed, for the audit trail.")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True)
 
     class Meta:
         constraints = [

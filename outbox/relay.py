@@ -99,7 +99,7 @@ class Relay:
     def send(self, row: OutboxMessage) -> None:
         """Enqueue one copy per subscriber; returns once the broker has confirmed each."""
         envelope = row.envelope()
-        for subscriber in subscribers_of(row.type):
+        for subscriber in [row.target_subscriber] if row.target_subscriber else subscribers_of(row.type):
             self.broker.enqueue(message_to(subscriber, envelope))
 
     def mark_published(self, ids: list[int]) -> None:

@@ -35,6 +35,7 @@ class Subscription:
     handler: Callable[[Received[Any]], None]
     reader: type[BaseModel] | None
     versions: frozenset[int]
+    compensation: bool = False
 
     def read(self, payload: dict) -> Any:
         return self.reader.model_validate(payload) if self.reader else payload
@@ -49,11 +50,14 @@ def subscribe(
     *,
     reader: type[BaseModel] | None = None,
     versions: tuple[int, ...] = (1,),
+    compensation: bool = False,
 ):
     """Register the decorated function as `subscriber`'s handler for `event_type`.
 
     `reader` is the subscriber's own model of the payload (a tolerant reader, never the
-    publisher's contract); `versions` are the contract versions the handler understands.
+    publisher's contract); `versions` are the contract versions the handler understands
+    (older ones are upcast to them first). A `compensation` that keeps failing is
+    dead-lettered as `compensation_failed`, so operators see undone work apart from the rest.
     """
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
@@ -63,7 +67,9 @@ def subscribe(
         known = handlers.get(event_type)
         if known is not None and known.handler.__qualname__ != handler.__qualname__:
             raise ValueError(f"{subscriber} already handles {event_type} with {known.handler.__qualname__}")
-        handlers[event_type] = Subscription(subscriber, event_type, handler, reader, frozenset(versions))
+        handlers[event_type] = Subscription(
+            subscriber, event_type, handler, reader, frozenset(versions), compensation=compensation
+        )
         return handler
 
     return register

@@ -14,3 +14,10 @@ class ProbeEchoed(Event):
     type = "probe.echoed"
     version = 1
     n: int
+
+
+class ProbeUndoRequested(Event):
+    type = "probe.undo_requested"
+    version = 1
+    n: int
+    fail: dict[str, str] = {}

@@ -3,6 +3,7 @@ from dramatiq.middleware import CurrentMessage
 from outbox.contracts import Reader
 from outbox.dead_letters import Rejected
 from outbox.subscriptions import Received, subscribe
+from tests.probe.models import Outage
 from tests.probe.services import record_effect
 
 
@@ -25,6 +26,8 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
     )
     if mode == "always" or (mode == "once" and retries == 0):
         raise Misbehaving(f"{subscriber} told to fail {mode}")
+    if mode == "outage" and Outage.objects.filter(subscriber=subscriber).exists():
+        raise Misbehaving(f"{subscriber} is in an outage")
     if mode == "reject":
         raise Rejected("probe_refused", f"{subscriber} refuses this ping")
 
@@ -61,4 +64,13 @@ def b_on_echoed(message: Received[Echoed]) -> None:
         type=message.envelope.type,
         n=message.payload.n,
         echo=True,
+    )
+
+
+@subscribe("probe_a", "probe.undo_requested", reader=Pinged, compensation=True)
+def a_undo(message: Received[Pinged]) -> None:
+    """A compensation: its failures are reported as compensation_failed."""
+    _misbehave("probe_a", message.payload.fail.get("probe_a"))
+    record_effect(
+        subscriber="probe_a", message_id=message.envelope.message_id, type=message.envelope.type, n=message.payload.n
     )

@@ -20,3 +20,9 @@ class Effect(models.Model):
 
     def __str__(self):
         return f"{self.subscriber} <- {self.type} {self.n}"
+
+
+class Outage(models.Model):
+    """While a subscriber has an outage row, its handlers fail (mode "outage"): an environment fault."""
+
+    subscriber = models.CharField(max_length=50, unique=True)

@@ -3,7 +3,7 @@ from uuid import UUID
 from django.db import transaction
 
 from outbox.publishing import publish
-from tests.probe.events import ProbeEchoed, ProbePinged
+from tests.probe.events import ProbeEchoed, ProbePinged, ProbeUndoRequested
 from tests.probe.models import Effect, Ping
 
 
@@ -36,3 +36,8 @@ def record_effect(*, subscriber: str, message_id: UUID, type: str, n: int, echo:
     Effect.objects.create(subscriber=subscriber, message_id=message_id, type=type, n=n)
     if echo:
         publish(ProbeEchoed(n=n + 1), stream=f"echo:{subscriber}")
+
+
+def request_undo(*, n: int, fail: dict[str, str] | None = None) -> None:
+    with transaction.atomic():
+        publish(ProbeUndoRequested(n=n, fail=fail or {}), stream=f"undo:{n}")

@@ -1,0 +1,64 @@
+from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count
+
+from outbox.dead_letters import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.models import DeadLetter
+
+
+class Command(BaseCommand):
+    help = (
+        "Operate on dead letters. `list` shows them (open ones by default) grouped or one per line; "
+        "`replay` sends the chosen open ones again through the outbox; `discard` closes them with a note."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["list", "replay", "discard"])
+        parser.add_argument("ids", nargs="*", type=int, help="Dead-letter ids (default: every match of the filters).")
+        parser.add_argument("--subscriber", default="")
+        parser.add_argument("--reason", default="")
+        parser.add_argument("--type", default="", help="Event type, e.g. delivery.requested.")
+        parser.add_argument("--all", action="store_true", help="list: include replayed and discarded ones.")
+        parser.add_argument("--groups", action="store_true", help="list: count per subscriber, reason and type.")
+        parser.add_argument("--note", default="", help="Why (required for discard).")
+        parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
+
+    def handle(self, *, action, ids, subscriber, reason, type, all, groups, note, by, **options):
+        letters = open_letters(subscriber=subscriber, reason=reason, type=type)
+        if all and action == "list":
+            letters = DeadLetter.objects.filter(pk__in=letters.values("pk")) | DeadLetter.objects.exclude(status="open")
+        if ids:
+            letters = letters.filter(pk__in=ids)
+        if action == "list":
+            return self._list(letters.order_by("id"), groups)
+        if not ids and not (subscriber or reason or type):
+            raise CommandError(f"{action} needs dead-letter ids or at least one of --subscriber, --reason, --type")
+        done, failed = 0, []
+        for letter in list(letters):
+            try:
+                if action == "replay":
+                    replay_dead_letter(letter_id=letter.pk, by=by, note=note)
+                else:
+                    discard_dead_letter(letter_id=letter.pk, by=by, note=note)
+                done += 1
+            except CannotResolve as error:
+                failed.append(str(error))
+        for problem in failed:
+            self.stderr.write(problem)
+        self.stdout.write(
+            f"{action}ed {done} dead letter(s)" if action == "discard" else f"replayed {done} dead letter(s)"
+        )
+        if failed:
+            raise CommandError(f"{len(failed)} could not be {action}ed")
+
+    def _list(self, letters, groups: bool) -> None:
+        if groups:
+            for row in letters.values("subscriber", "reason", "type").annotate(n=Count("id")).order_by("-n"):
+                self.stdout.write(f"{row['n']:>6}  {row['subscriber']:<16} {row['reason']:<22} {row['type']}")
+            return
+        for letter in letters:
+            self.stdout.write(
+                f"{letter.pk:>6}  {letter.status:<9} {letter.subscriber:<16} {letter.reason:<22} {letter.type:<26} "
+                f"attempts {letter.attempts}, last {letter.last_failed_at:%Y-%m-%d %H:%M:%S}  {letter.error[:80]}"
+            )
+        if not letters:
+            self.stdout.write("no dead letters match")

@@ -1,0 +1,154 @@
+"""Failure as data: replay and discard (service and command), compensation failures, expiry."""
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from outbox.dead_letters import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.relay import Relay
+from tests.conftest import wait_until
+from tests.probe.models import Effect, Outage
+from tests.probe.services import ping, request_undo
+
+pytestmark = pytest.mark.integration
+
+
+def dead_letters_for(subscriber: str, count: int):
+    return wait_until(
+        lambda: (
+            list(DeadLetter.objects.filter(subscriber=subscriber, status="open"))
+            if DeadLetter.objects.filter(subscriber=subscriber, status="open").count() == count
+            else None
+        ),
+        what=f"{count} open dead letter(s) for {subscriber}",
+    )
+
+
+def relay_everything(broker) -> None:
+    Relay(broker=broker).drain()
+
+
+def test_a_replay_after_the_fault_is_fixed_is_processed_once_by_that_subscriber_only(worker, broker):
+    Outage.objects.create(subscriber="probe_b")
+    ping(n=1, fail={"probe_b": "outage"})
+    relay_everything(broker)
+    [letter] = dead_letters_for("probe_b", 1)
+    wait_until(lambda: Effect.objects.filter(subscriber="probe_a").count() == 1, what="probe_a to process it")
+
+    Outage.objects.all().delete()
+    replay_dead_letter(letter_id=letter.pk, by="ops", note="disk replaced")
+    relay_everything(broker)
+
+    wait_until(lambda: Effect.objects.filter(subscriber="probe_b").count() == 1, what="the replay to be processed")
+    letter.refresh_from_db()
+    assert (letter.status, letter.replays, letter.resolved_by) == ("replayed", 1, "ops")
+    assert "disk replaced" in letter.note
+    assert Effect.objects.filter(subscriber="probe_a").count() == 1  # the replay went to probe_b alone
+    assert InboxMessage.objects.filter(subscriber="probe_a", duplicates=0).count() == 1
+
+
+def test_a_replay_that_fails_again_reopens_the_same_letter_with_attempts_added(worker, broker):
+    Outage.objects.create(subscriber="probe_b")
+    ping(n=1, fail={"probe_b": "outage"})
+    relay_everything(broker)
+    [letter] = dead_letters_for("probe_b", 1)
+
+    replay_dead_letter(letter_id=letter.pk, by="ops")
+    relay_everything(broker)
+
+    tries = settings.OUTBOX_MAX_RETRIES + 1
+    wait_until(lambda: DeadLetter.objects.get(pk=letter.pk).attempts == 2 * tries, what="the replay to die again")
+    letter.refresh_from_db()
+    assert (letter.status, letter.replays, DeadLetter.objects.count()) == ("open", 1, 1)
+
+
+def test_replaying_a_message_the_subscriber_already_processed_has_no_second_effect(worker, broker):
+    ping(n=1)
+    relay_everything(broker)
+    wait_until(lambda: Effect.objects.count() == 2, what="both subscribers to process it")
+    row = OutboxMessage.objects.get()
+    letter = DeadLetter.objects.create(  # as if an operator kept a stale letter of a processed message
+        subscriber="probe_b",
+        message_id=row.message_id,
+        type=row.type,
+        envelope=row.envelope(),
+        reason="handler_error",
+        first_failed_at=row.occurred_at,
+        last_failed_at=row.occurred_at,
+    )
+
+    replay_dead_letter(letter_id=letter.pk)
+    relay_everything(broker)
+
+    wait_until(
+        lambda: InboxMessage.objects.filter(subscriber="probe_b", duplicates=1).exists(),
+        what="the replay to be dropped as a duplicate",
+    )
+    assert Effect.objects.filter(subscriber="probe_b").count() == 1
+
+
+def test_discard_needs_a_note_and_closes_the_letter_for_good(worker, broker):
+    ping(n=1, fail={"probe_b": "always"})
+    relay_everything(broker)
+    [letter] = dead_letters_for("probe_b", 1)
+
+    with pytest.raises(CannotResolve, match="note"):
+        discard_dead_letter(letter_id=letter.pk, by="ops", note=" ")
+    discard_dead_letter(letter_id=letter.pk, by="ops", note="customer refunded")
+
+    letter.refresh_from_db()
+    assert letter.status == "discarded" and "customer refunded" in letter.note and letter.resolved_at
+    with pytest.raises(CannotResolve, match="discarded"):
+        replay_dead_letter(letter_id=letter.pk)
+
+
+def test_the_command_lists_and_replays_a_group(worker, broker, capsys):
+    Outage.objects.create(subscriber="probe_b")
+    for n in range(3):
+        ping(n=n, fail={"probe_b": "outage"})
+    relay_everything(broker)
+    dead_letters_for("probe_b", 3)
+
+    call_command("dead_letters", "list", "--groups")
+    assert "3  probe_b" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="needs dead-letter ids"):
+        call_command("dead_letters", "replay")
+    Outage.objects.all().delete()
+    call_command(
+        "dead_letters", "replay", "--subscriber", "probe_b", "--reason", "handler_error", "--type", "probe.pinged"
+    )
+    assert "replayed 3 dead letter(s)" in capsys.readouterr().out
+    relay_everything(broker)
+
+    wait_until(lambda: Effect.objects.filter(subscriber="probe_b").count() == 3, what="the group to be processed")
+    assert set(DeadLetter.objects.values_list("status", flat=True)) == {"replayed"}
+
+
+def test_a_compensation_that_keeps_failing_is_dead_lettered_as_compensation_failed(worker, broker):
+    request_undo(n=1, fail={"probe_a": "always"})
+    relay_everything(broker)
+
+    [letter] = dead_letters_for("probe_a", 1)
+    assert (letter.reason, letter.attempts) == ("compensation_failed", settings.OUTBOX_MAX_RETRIES + 1)
+
+
+def test_a_compensation_that_fails_transiently_is_retried_and_done_once(worker, broker):
+    request_undo(n=1, fail={"probe_a": "once"})
+    relay_everything(broker)
+
+    wait_until(lambda: Effect.objects.filter(type="probe.undo_requested").count() == 1, what="the retried undo")
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_message_past_its_ttl_is_dead_lettered_as_expired(worker, broker, settings):
+    settings.OUTBOX_MESSAGE_TTL_SECONDS = -1
+    ping(n=1)
+    relay_everything(broker)
+
+    letters = wait_until(
+        lambda: DeadLetter.objects.count() == 2 and list(DeadLetter.objects.all()), what="both copies to expire"
+    )
+    assert {letter.reason for letter in letters} == {"expired"}
+    assert not Effect.objects.exists()
