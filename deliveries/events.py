@@ -65,3 +65,19 @@ class DeliveryCancelled(Event):
     version = 1
     delivery_id: UUID
     reason: str
+
+
+class DeliveryJoinTimedOut(Event):
+    """A timer the context sets for itself: fires DELIVERY_JOIN_TIMEOUT_SECONDS after the request."""
+
+    type = "delivery.join_timed_out"
+    version = 1
+    delivery_id: UUID
+
+
+class DeliveryDeadlinePassed(Event):
+    """A timer the context sets for itself: fires at the customer's deadline."""
+
+    type = "delivery.deadline_passed"
+    version = 1
+    delivery_id: UUID

@@ -77,3 +77,13 @@ def on_drone_released(message: Received[AboutDelivery]) -> None:
 @subscribe("deliveries", "package.cancelled", reader=AboutDelivery)
 def on_package_cancelled(message: Received[AboutDelivery]) -> None:
     services.record_compensation(delivery_id=message.payload.delivery_id, done="package_cancelled")
+
+
+@subscribe("deliveries", "delivery.join_timed_out", reader=AboutDelivery)
+def on_join_timed_out(message: Received[AboutDelivery]) -> None:
+    services.expire_join(delivery_id=message.payload.delivery_id)
+
+
+@subscribe("deliveries", "delivery.deadline_passed", reader=AboutDelivery)
+def on_deadline_passed(message: Received[AboutDelivery]) -> None:
+    services.expire_deadline(delivery_id=message.payload.delivery_id)

@@ -3,16 +3,20 @@
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from deliveries.events import (
     DeliveryCancelled,
     DeliveryCompleted,
+    DeliveryDeadlinePassed,
     DeliveryDispatched,
     DeliveryFailed,
+    DeliveryJoinTimedOut,
     DeliveryRequested,
     Location,
     PackageInfo,
@@ -47,9 +51,9 @@ class DeliveryRequest:
     package_tag: str
 
 
-def _announce(delivery: Delivery, event) -> None:
+def _announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
     """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
-    publish(event, stream=f"delivery:{delivery.id}", correlation_id=delivery.id)
+    publish(event, stream=f"delivery:{delivery.id}", correlation_id=delivery.id, available_at=at)
 
 
 def request_delivery(
@@ -104,12 +108,21 @@ def request_delivery(
                     ),
                 ),
             )
+            _set_timers(delivery)
             return delivery, True
     except IntegrityError:
         if not idempotency_key:
             raise
         # A concurrent request with the same key won the race.
         return Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), False
+
+
+def _set_timers(delivery: Delivery) -> None:
+    """Schedule the join timeout and the deadline as delayed events to this context itself."""
+    timeout = timedelta(seconds=settings.DELIVERY_JOIN_TIMEOUT_SECONDS)
+    _announce(delivery, DeliveryJoinTimedOut(delivery_id=delivery.id), at=timezone.now() + timeout)
+    if delivery.deadline:
+        _announce(delivery, DeliveryDeadlinePassed(delivery_id=delivery.id), at=delivery.deadline)
 
 
 def _locked(delivery_id: UUID) -> Delivery | None:
@@ -162,6 +175,24 @@ def record_failure(*, delivery_id: UUID, reason: str) -> Delivery | None:
     with transaction.atomic():
         delivery = _locked(delivery_id)
         if delivery is not None:
+            _fail(delivery, reason)
+            delivery.save()
+        return delivery
+
+
+def expire_join(*, delivery_id: UUID) -> Delivery | None:
+    """The join timer fired: a delivery still waiting for a half fails, and is compensated."""
+    return _fail_if_not_dispatched(delivery_id, "join_timeout")
+
+
+def expire_deadline(*, delivery_id: UUID) -> Delivery | None:
+    return _fail_if_not_dispatched(delivery_id, "deadline_missed")
+
+
+def _fail_if_not_dispatched(delivery_id: UUID, reason: str) -> Delivery | None:
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is not None and delivery.status in (Status.REQUESTED, Status.SCHEDULED):
             _fail(delivery, reason)
             delivery.save()
         return delivery

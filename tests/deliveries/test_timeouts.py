@@ -1,0 +1,92 @@
+"""Join timeout and deadline: timers the deliveries context sets for itself as delayed events."""
+
+from datetime import timedelta
+from uuid import UUID
+
+from django.utils import timezone
+
+from deliveries.models import Delivery
+from drones.models import Assignment, Drone
+from outbox.models import OutboxMessage
+from packages.models import Package
+from tests.deliveries.conftest import delivery_request
+
+
+def requested(customer, **overrides) -> UUID:
+    return UUID(customer.request(delivery_request(**overrides)).json()["deliveryId"])
+
+
+def test_the_join_timer_is_set_for_the_configured_timeout(customer, settings):
+    settings.DELIVERY_JOIN_TIMEOUT_SECONDS = 90
+    delivery_id = requested(customer)
+
+    timer = OutboxMessage.objects.get(type="delivery.join_timed_out")
+    request = OutboxMessage.objects.get(type="delivery.requested")
+    assert timer.correlation_id == delivery_id
+    assert abs((timer.available_at - request.available_at).total_seconds() - 90) < 5
+
+
+def test_a_delivery_missing_its_drone_at_the_timeout_fails_and_its_package_is_cancelled(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id, only="packages")
+    choreography.deliver("package.ready", delivery_id)
+
+    choreography.deliver("delivery.join_timed_out", delivery_id)
+    choreography.settle(delivery_id, hold=("delivery.requested",))
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "join_timeout")
+    assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
+
+    choreography.deliver("delivery.requested", delivery_id, only="drones")  # the scheduler was slow
+    choreography.settle(delivery_id)
+    assert Assignment.objects.get(delivery_id=delivery_id).status == "released"
+    assert Drone.objects.filter(status="available").count() == 3
+    assert Delivery.objects.get(id=delivery_id).status == "failed"
+
+
+def test_a_drone_scheduled_after_the_timeout_is_released_and_never_resurrects_the_delivery(
+    customer, fleet, choreography
+):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id, only="drones")  # a drone is reserved...
+
+    choreography.deliver("delivery.join_timed_out", delivery_id)  # ...but its news is late
+    choreography.deliver("drone.scheduled", delivery_id)
+    choreography.settle(delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.drone_id) == ("failed", None)
+    assert Drone.objects.filter(status="available").count() == 3
+    assert "delivery.dispatched" not in choreography.published_types(delivery_id)
+
+
+def test_the_join_timer_after_dispatch_changes_nothing(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+
+    choreography.deliver("delivery.join_timed_out", delivery_id)
+
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+    assert "delivery.failed" not in choreography.published_types(delivery_id)
+
+
+def test_a_delivery_not_dispatched_by_its_deadline_fails_with_deadline_missed(customer, fleet, choreography):
+    deadline = timezone.now() + timedelta(minutes=10)
+    delivery_id = requested(customer, deadline=deadline.isoformat())
+    assert OutboxMessage.objects.get(type="delivery.deadline_passed").available_at == deadline
+
+    choreography.deliver("delivery.deadline_passed", delivery_id)
+    choreography.settle(delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "deadline_missed")
+    assert Drone.objects.filter(status="available").count() == 3
+
+
+def test_no_deadline_sets_no_deadline_timer(customer):
+    body = delivery_request()
+    del body["deadline"]
+    customer.request(body)
+    assert not OutboxMessage.objects.filter(type="delivery.deadline_passed").exists()
