@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dramatiq
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
@@ -153,7 +154,7 @@ def test_a_cancel_before_anything_ran_leaves_no_drone_reserved(start_relay):
 
     wait_until(
         lambda: (
-            OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
+            not OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=timezone.now()).exists()
             and Notification.objects.filter(delivery_id=delivery_id, kind="cancelled").exists()
         ),
         what="the request and the cancellation to be processed",
