@@ -1,11 +1,12 @@
 """The contracts the deliveries context publishes."""
 
 from datetime import datetime
+from typing import Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from outbox.contracts import Event
+from outbox.contracts import Event, upcaster
 
 
 class Location(BaseModel):
@@ -23,7 +24,9 @@ class PackageInfo(BaseModel):
     tag: str | None = None
 
 
-class DeliveryRequested(Event):
+class DeliveryRequestedV1(Event):
+    """Version 1, still declared: it is in the catalog, and such messages may still be queued."""
+
     type = "delivery.requested"
     version = 1
     delivery_id: UUID
@@ -34,6 +37,19 @@ class DeliveryRequested(Event):
     expedited: bool = False
     confirmation_required: str = "None"
     package: PackageInfo
+
+
+class DeliveryRequested(DeliveryRequestedV1):
+    """Version 2 adds `priority`, which version 1 messages get from `expedited` when upcast."""
+
+    type = "delivery.requested"
+    version = 2
+    priority: Literal["normal", "high"]
+
+
+@upcaster("delivery.requested", from_version=1)
+def _priority_from_expedited(payload: dict) -> dict:
+    return {**payload, "priority": "high" if payload.get("expedited") else "normal"}
 
 
 class DeliveryDispatched(Event):

@@ -99,6 +99,7 @@ def request_delivery(
                     pickup_time=request.pickup_time,
                     deadline=request.deadline,
                     expedited=request.expedited,
+                    priority="high" if request.expedited else "normal",
                     confirmation_required=request.confirmation_required,
                     package=PackageInfo(
                         package_id=request.package_id,

@@ -1,5 +1,6 @@
 """What the drone scheduler listens to; each handler hands over to one service."""
 
+from typing import Literal
 from uuid import UUID
 
 from drones import services
@@ -23,6 +24,7 @@ class DeliveryRequested(Reader):
     pickup: Location
     dropoff: Location
     package: PackageInfo
+    priority: Literal["normal", "high"]
 
 
 class DeliveryEvent(Reader):
@@ -34,11 +36,15 @@ def _point(location: Location) -> Point:
     return Point(location.latitude, location.longitude, location.altitude or 0.0)
 
 
-@subscribe("drones", "delivery.requested", reader=DeliveryRequested)
+@subscribe("drones", "delivery.requested", reader=DeliveryRequested, versions=(2,))
 def on_delivery_requested(message: Received[DeliveryRequested]) -> None:
     p = message.payload
     services.schedule_drone(
-        delivery_id=p.delivery_id, pickup=_point(p.pickup), dropoff=_point(p.dropoff), weight_kg=p.package.weight_kg
+        delivery_id=p.delivery_id,
+        pickup=_point(p.pickup),
+        dropoff=_point(p.dropoff),
+        weight_kg=p.package.weight_kg,
+        priority=p.priority,
     )
 
 

@@ -37,6 +37,7 @@ class Assignment(models.Model):
     drone = models.ForeignKey(Drone, null=True, blank=True, on_delete=models.PROTECT, related_name="assignments")
     status = models.CharField(max_length=20, choices=Status.choices, db_index=True)
     reason = models.CharField(max_length=50, blank=True)
+    priority = models.CharField(max_length=10, default="normal")
     pickup_latitude = models.FloatField(null=True)
     pickup_longitude = models.FloatField(null=True)
     dropoff_latitude = models.FloatField(null=True)

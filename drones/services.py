@@ -25,7 +25,9 @@ def _flight_seconds(km: float, drone: Drone) -> float:
     return km / drone.speed_kmh * 3600 / settings.DRONE_SIMULATION_SPEEDUP
 
 
-def schedule_drone(*, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float) -> Assignment:
+def schedule_drone(
+    *, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float, priority: str = "normal"
+) -> Assignment:
     """Reserve the nearest available drone that can carry the weight there and back, or say why none can."""
     with transaction.atomic():
         existing = Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
@@ -35,6 +37,7 @@ def schedule_drone(*, delivery_id: UUID, pickup: Point, dropoff: Point, weight_k
         assignment = Assignment(
             delivery_id=delivery_id,
             drone=drone,
+            priority=priority,
             pickup_latitude=pickup.latitude,
             pickup_longitude=pickup.longitude,
             dropoff_latitude=dropoff.latitude,

@@ -113,8 +113,8 @@ def message_to(subscriber: str, envelope: dict) -> dramatiq.Message:
 
 
 def autodiscover() -> None:
-    """Import every installed app's `handlers` module, then give each subscriber its actor."""
-    autodiscover_modules("handlers")
+    """Import every installed app's contracts and handlers, then give each subscriber its actor."""
+    autodiscover_modules("events", "handlers")
     declare_actors(dramatiq.get_broker())
 
 

@@ -24,7 +24,7 @@ class DeliveryEvent(Reader):
     reason: str = ""
 
 
-@subscribe("packages", "delivery.requested", reader=DeliveryRequested)
+@subscribe("packages", "delivery.requested", reader=DeliveryRequested, versions=(1, 2))
 def on_delivery_requested(message: Received[DeliveryRequested]) -> None:
     p = message.payload
     services.register_package(
