@@ -231,16 +231,20 @@ def record_compensation(*, delivery_id: UUID, done: str) -> None:
             delivery.save(update_fields=["compensations", "updated_at"])
 
 
-def cancel_delivery(*, delivery_id: UUID, customer: Customer) -> Delivery:
-    """Cancel before dispatch; the drone and package contexts compensate on `delivery.cancelled`."""
+def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str = "cancelled_by_customer") -> Delivery:
+    """Cancel before dispatch; the drone and package contexts compensate on `delivery.cancelled`.
+
+    `customer` None is an operator acting from the admin, on any customer's delivery.
+    """
     with transaction.atomic():
-        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
+        deliveries = Delivery.objects.select_for_update()
+        delivery = deliveries.get(id=delivery_id, **({"customer": customer} if customer else {}))
         if delivery.status == Status.CANCELLED:
             return delivery
         if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
             raise DeliveryNotCancellable(delivery.status)
-        delivery.status, delivery.status_reason = Status.CANCELLED, "cancelled_by_customer"
-        _announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason="cancelled_by_customer"))
+        delivery.status, delivery.status_reason = Status.CANCELLED, reason
+        _announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason=reason))
         delivery.save()
         return delivery
 

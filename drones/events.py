@@ -50,3 +50,17 @@ class DroneReleased(Event):
     delivery_id: UUID
     drone_id: UUID
     reason: str
+
+
+class DroneGrounded(Event):
+    """An operator took the drone out of service (maintenance)."""
+
+    type = "drone.grounded"
+    version = 1
+    drone_id: UUID
+
+
+class DroneReturnedToService(Event):
+    type = "drone.returned_to_service"
+    version = 1
+    drone_id: UUID

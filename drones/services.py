@@ -9,7 +9,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from drones.events import DroneArrived, DronePositionReported, DroneReleased, DroneScheduled, DroneUnavailable
+from drones.events import (
+    DroneArrived,
+    DroneGrounded,
+    DronePositionReported,
+    DroneReleased,
+    DroneReturnedToService,
+    DroneScheduled,
+    DroneUnavailable,
+)
 from drones.geography import Point, distance_km, route_km, waypoints
 from drones.models import Assignment, Drone
 from outbox.publishing import publish
@@ -173,3 +181,31 @@ def seed_fleet(
         )
         created += was_created
     return created, count - created
+
+
+class DroneBusy(Exception):
+    """Only an idle drone can be grounded; one that is reserved or flying finishes first."""
+
+
+def ground_drone(*, drone_id: UUID) -> Drone:
+    """Take an idle drone out of service for maintenance."""
+    with transaction.atomic():
+        drone = Drone.objects.select_for_update().get(pk=drone_id)
+        if drone.status == Drone.Status.MAINTENANCE:
+            return drone
+        if drone.status != Drone.Status.AVAILABLE:
+            raise DroneBusy(f"{drone.name} is {drone.status} for delivery {drone.delivery_id}")
+        drone.status = Drone.Status.MAINTENANCE
+        drone.save(update_fields=["status", "updated_at"])
+        publish(DroneGrounded(drone_id=drone.id), stream=f"drone:{drone.id}")
+        return drone
+
+
+def return_drone_to_service(*, drone_id: UUID) -> Drone:
+    with transaction.atomic():
+        drone = Drone.objects.select_for_update().get(pk=drone_id)
+        if drone.status == Drone.Status.MAINTENANCE:
+            drone.status = Drone.Status.AVAILABLE
+            drone.save(update_fields=["status", "updated_at"])
+            publish(DroneReturnedToService(drone_id=drone.id), stream=f"drone:{drone.id}")
+        return drone

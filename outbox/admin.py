@@ -1,10 +1,23 @@
-from django.contrib import admin
+"""The operators' console for messaging: dead letters to replay or discard, the outbox's health, timelines."""
 
+import json
+from uuid import UUID
+
+from django.contrib import admin, messages
+from django.db.models import Count, Min, Sum
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from outbox.dead_letters import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.subscriptions import actor_name, queue_name, routing_table
+from outbox.timeline import correlation_timeline
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Messages are facts: operators read them here and act through commands and actions."""
+    """State and messages are facts: operators read them here and change them only through actions."""
 
     def has_add_permission(self, request):
         return False
@@ -16,20 +29,105 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def timeline_link(correlation_id: UUID | None, label: str = "timeline") -> str:
+    if not correlation_id:
+        return "-"
+    return format_html('<a href="{}">{}</a>', reverse("admin:outbox_timeline", args=[correlation_id]), label)
+
+
+def _pretty(value) -> str:
+    return format_html("<pre style='white-space: pre-wrap'>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "type",
         "version",
+        "source",
         "stream",
         "sequence",
-        "occurred_at",
         "available_at",
         "published_at",
+        "target_subscriber",
     ]
-    list_filter = ["type", ("published_at", admin.EmptyFieldListFilter)]
+    list_filter = ["type", "source", ("published_at", admin.EmptyFieldListFilter)]
     search_fields = ["=message_id", "=correlation_id", "stream"]
+    readonly_fields = ["pretty_payload", "correlation"]
+    exclude = ["payload"]
+
+    @admin.display(description="payload")
+    def pretty_payload(self, row):
+        return _pretty(row.payload)
+
+    @admin.display(description="correlation")
+    def correlation(self, row):
+        return timeline_link(row.correlation_id, str(row.correlation_id))
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("overview/", view(self.overview), name="outbox_overview"),
+            path("timeline/<uuid:correlation_id>/", view(self.timeline), name="outbox_timeline"),
+            *super().get_urls(),
+        ]
+
+    def overview(self, request):
+        """Pending rows and their age per event type, inbox and dead-letter counts, the routing table."""
+        now = timezone.now()
+        pending = (
+            OutboxMessage.objects.filter(published_at__isnull=True)
+            .values("type")
+            .annotate(count=Count("id"), oldest=Min("available_at"))
+            .order_by("-count")
+        )
+        for row in pending:
+            row["due"] = OutboxMessage.objects.filter(
+                type=row["type"], published_at__isnull=True, available_at__lte=now
+            ).count()
+            row["age"] = now - row["oldest"] if row["oldest"] <= now else None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Messaging overview",
+            "pending": pending,
+            "inbox": InboxMessage.objects.values("subscriber")
+            .annotate(processed=Count("id"), duplicates=Sum("duplicates"))
+            .order_by("subscriber"),
+            "dead": open_letters()
+            .values("subscriber", "reason", "type")
+            .annotate(count=Count("id"))
+            .order_by("-count"),
+            "routes": [
+                (
+                    event_type,
+                    [
+                        (
+                            s.subscriber,
+                            queue_name(s.subscriber),
+                            actor_name(s.subscriber),
+                            f"{s.handler.__module__}.{s.handler.__qualname__}",
+                        )
+                        for s in subs
+                    ],
+                )
+                for event_type, subs in routing_table().items()
+            ],
+        }
+        return TemplateResponse(request, "admin/outbox/overview.html", context)
+
+    def timeline(self, request, correlation_id: UUID):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Timeline of {correlation_id}",
+            "events": correlation_timeline(correlation_id),
+            "correlation_id": correlation_id,
+        }
+        return TemplateResponse(request, "admin/outbox/timeline.html", context)
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"overview_url": reverse("admin:outbox_overview"), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
 
 
 @admin.register(InboxMessage)
@@ -41,6 +139,86 @@ class InboxMessageAdmin(ReadOnlyAdmin):
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdmin):
-    list_display = ["subscriber", "type", "reason", "attempts", "last_failed_at", "status"]
-    list_filter = ["subscriber", "reason", "type", "status", "last_failed_at"]
+    list_display = ["id", "subscriber", "type", "reason", "attempts", "last_failed_at", "status", "replays", "timeline"]
+    list_filter = ["status", "subscriber", "reason", "type", "last_failed_at"]
     search_fields = ["=message_id", "=correlation_id", "error"]
+    actions = ["replay", "replay_group", "discard"]
+    readonly_fields = [
+        "subscriber",
+        "type",
+        "reason",
+        "status",
+        "attempts",
+        "replays",
+        "first_failed_at",
+        "last_failed_at",
+        "exception_type",
+        "error",
+        "timeline",
+        "pretty_envelope",
+        "pretty_traceback",
+        "note",
+        "resolved_at",
+        "resolved_by",
+    ]
+    fields = readonly_fields
+
+    @admin.display(description="timeline")
+    def timeline(self, letter):
+        return timeline_link(letter.correlation_id, "timeline")
+
+    @admin.display(description="envelope")
+    def pretty_envelope(self, letter):
+        return _pretty(letter.envelope)
+
+    @admin.display(description="traceback")
+    def pretty_traceback(self, letter):
+        return format_html("<pre style='white-space: pre-wrap'>{}</pre>", letter.traceback or "-")
+
+    def _who(self, request) -> str:
+        return request.user.get_username()
+
+    def _replay(self, request, letters) -> None:
+        done, problems = 0, []
+        for letter in letters:
+            try:
+                replay_dead_letter(letter_id=letter.pk, by=self._who(request), note="replayed from the admin")
+                done += 1
+            except CannotResolve as error:
+                problems.append(str(error))
+        self.message_user(request, f"Replayed {done} dead letter(s) through the outbox.", messages.SUCCESS)
+        for problem in problems:
+            self.message_user(request, problem, messages.WARNING)
+
+    @admin.action(description="Replay selected dead letters")
+    def replay(self, request, queryset):
+        self._replay(request, queryset.order_by("id"))
+
+    @admin.action(description="Replay every open letter of the same subscriber, reason and event type")
+    def replay_group(self, request, queryset):
+        groups = set(queryset.values_list("subscriber", "reason", "type"))
+        letters = [letter for s, r, t in groups for letter in open_letters(subscriber=s, reason=r, type=t)]
+        self._replay(request, letters)
+
+    @admin.action(description="Discard selected dead letters (with a note)")
+    def discard(self, request, queryset):
+        note = request.POST.get("note", "").strip()
+        if "apply" in request.POST and note:
+            done = 0
+            for letter in queryset:
+                try:
+                    discard_dead_letter(letter_id=letter.pk, by=self._who(request), note=note)
+                    done += 1
+                except CannotResolve as error:
+                    self.message_user(request, str(error), messages.WARNING)
+            self.message_user(request, f"Discarded {done} dead letter(s).", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Discard dead letters",
+            "letters": queryset,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "note_missing": "apply" in request.POST,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/outbox/discard.html", context)

@@ -1,0 +1,59 @@
+from django.contrib import admin, messages
+from django.template.loader import render_to_string
+
+from deliveries import selectors, services
+from deliveries.models import Customer, Delivery
+from outbox.admin import ReadOnlyAdmin, timeline_link
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    list_display = ["id", "customer", "status", "status_reason", "drone_id", "created_at", "updated_at", "timeline"]
+    list_filter = ["status", "status_reason", "created_at"]
+    search_fields = ["=id", "customer__name", "=drone_id", "=package_id"]
+    actions = ["cancel"]
+    readonly_fields = [
+        "status",
+        "status_reason",
+        "customer",
+        "pickup_location",
+        "dropoff_location",
+        "pickup_time",
+        "deadline",
+        "expedited",
+        "package_id",
+        "package_size",
+        "package_weight_kg",
+        "drone_id",
+        "eta",
+        "last_known_location",
+        "compensations",
+        "created_at",
+        "updated_at",
+        "event_timeline",
+    ]
+    fields = readonly_fields
+
+    @admin.display(description="timeline")
+    def timeline(self, delivery):
+        return timeline_link(delivery.id)
+
+    @admin.display(description="timeline")
+    def event_timeline(self, delivery):
+        return render_to_string("admin/outbox/timeline_table.html", {"events": selectors.timeline(delivery)})
+
+    @admin.action(description="Cancel (before dispatch only)")
+    def cancel(self, request, queryset):
+        for delivery in queryset:
+            try:
+                services.cancel_delivery(delivery_id=delivery.pk, customer=None, reason="cancelled_by_operator")
+            except services.DeliveryNotCancellable as error:
+                self.message_user(request, f"{delivery.pk}: {error}", messages.WARNING)
+        self.message_user(request, "Cancellation requested; compensations follow through events.", messages.INFO)
+
+
+@admin.register(Customer)
+class CustomerAdmin(ReadOnlyAdmin):
+    list_display = ["name", "id", "created_at"]
+    search_fields = ["name"]
+    exclude = ["token_hash"]

@@ -1,0 +1,157 @@
+"""The operators' console: staff only, read-only state, actions that call services."""
+
+from uuid import UUID
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from deliveries.models import Delivery
+from drones.models import Drone
+from outbox.models import DeadLetter, OutboxMessage
+from tests.deliveries.conftest import Customer
+from tests.outbox.conftest import envelope
+
+pytestmark = pytest.mark.django_db
+
+
+def a_dead_letter(**overrides) -> DeadLetter:
+    body = envelope()
+    now = timezone.now()
+    fields = {
+        "subscriber": "probe_b",
+        "message_id": body["message_id"],
+        "type": body["type"],
+        "correlation_id": body["correlation_id"],
+        "envelope": body,
+        "reason": "handler_error",
+        "error": "boom",
+        "traceback": "Traceback (most recent call last):\n  boom",
+        "attempts": 4,
+        "first_failed_at": now,
+        "last_failed_at": now,
+    }
+    return DeadLetter.objects.create(**{**fields, **overrides})
+
+
+def act(client, model: str, action: str, ids, **extra):
+    return client.post(f"/admin/{model}/", {"action": action, ACTION_CHECKBOX_NAME: [str(i) for i in ids], **extra})
+
+
+def test_a_customer_token_grants_nothing_in_the_admin(db):
+    customer = Customer("alice")
+    response = Client(headers={"Authorization": f"Bearer {customer.token}"}).get("/admin/outbox/deadletter/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_a_logged_in_non_staff_user_is_sent_to_login(client):
+    User.objects.create_user("bob", password="pw")
+    client.login(username="bob", password="pw")
+    assert client.get("/admin/outbox/deadletter/").status_code == 302
+
+
+def test_the_dead_letter_list_filters_by_subscriber_reason_type_and_date(admin_client):
+    a_dead_letter()
+    a_dead_letter(subscriber="probe_a", reason="invalid_payload")
+
+    page = admin_client.get("/admin/outbox/deadletter/?reason=invalid_payload")
+
+    assert page.status_code == 200
+    assert page.context["cl"].result_count == 1
+    html = page.content.decode()
+    for name in ("By subscriber", "By reason", "By type", "By last failed at"):
+        assert name.lower() in html.lower()
+
+
+def test_a_dead_letter_page_shows_envelope_traceback_and_timeline_link(admin_client):
+    letter = a_dead_letter()
+
+    html = admin_client.get(f"/admin/outbox/deadletter/{letter.pk}/change/").content.decode()
+
+    assert letter.envelope["message_id"] in html and "Traceback (most recent call last)" in html
+    assert f"/admin/outbox/outboxmessage/timeline/{letter.correlation_id}/" in html
+
+
+def test_replay_from_the_admin_goes_through_the_outbox_to_that_subscriber(admin_client):
+    letter = a_dead_letter()
+
+    response = act(admin_client, "outbox/deadletter", "replay", [letter.pk])
+
+    assert response.status_code == 302
+    letter.refresh_from_db()
+    assert (letter.status, letter.replays, letter.resolved_by) == ("replayed", 1, "admin")
+    row = OutboxMessage.objects.get(message_id=letter.message_id)
+    assert (row.target_subscriber, row.published_at) == ("probe_b", None)
+
+
+def test_replay_group_replays_every_open_letter_with_the_same_subscriber_reason_and_type(admin_client):
+    chosen, same_group = a_dead_letter(), a_dead_letter()
+    other = a_dead_letter(reason="invalid_payload")
+
+    act(admin_client, "outbox/deadletter", "replay_group", [chosen.pk])
+
+    assert DeadLetter.objects.get(pk=same_group.pk).status == "replayed"
+    assert DeadLetter.objects.get(pk=other.pk).status == "open"
+
+
+def test_discard_asks_for_a_note_and_keeps_it(admin_client):
+    letter = a_dead_letter()
+
+    form = act(admin_client, "outbox/deadletter", "discard", [letter.pk])
+    assert form.status_code == 200 and b"Why:" in form.content
+    act(admin_client, "outbox/deadletter", "discard", [letter.pk], apply="Discard", note="")
+    assert DeadLetter.objects.get(pk=letter.pk).status == "open"
+    act(admin_client, "outbox/deadletter", "discard", [letter.pk], apply="Discard", note="duplicate order")
+
+    letter.refresh_from_db()
+    assert letter.status == "discarded" and "duplicate order" in letter.note and letter.resolved_by == "admin"
+
+
+def test_the_overview_shows_pending_rows_their_age_and_the_routing_table(admin_client):
+    Customer("alice").request()
+
+    html = admin_client.get("/admin/outbox/outboxmessage/overview/").content.decode()
+
+    assert "delivery.requested" in html and "delivery.join_timed_out" in html
+    assert "drones.handlers.on_delivery_requested" in html and "(scheduled)" in html
+
+
+def test_a_delivery_page_shows_its_timeline_and_can_be_cancelled_by_an_operator(admin_client):
+    delivery_id = UUID(Customer("alice").request().json()["deliveryId"])
+
+    html = admin_client.get(f"/admin/deliveries/delivery/{delivery_id}/change/").content.decode()
+    assert "delivery.requested" in html and "drones pending" in html
+
+    act(admin_client, "deliveries/delivery", "cancel", [delivery_id])
+    delivery = Delivery.objects.get(pk=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("cancelled", "cancelled_by_operator")
+    assert OutboxMessage.objects.filter(type="delivery.cancelled", correlation_id=delivery_id).exists()
+
+
+def test_domain_state_is_read_only_in_the_admin(admin_client):
+    from drones.services import seed_fleet
+
+    seed_fleet(count=1, latitude=47.6, longitude=-122.3)
+    drone = Drone.objects.get()
+    page = admin_client.get(f"/admin/drones/drone/{drone.pk}/change/")
+    assert page.status_code == 200 and b'name="status"' not in page.content
+    admin_client.post(f"/admin/drones/drone/{drone.pk}/change/", {"status": "in_flight"})
+    assert Drone.objects.get().status == "available"
+
+
+def test_grounding_and_returning_a_drone_publish_events(admin_client):
+    from drones.services import seed_fleet
+
+    seed_fleet(count=1, latitude=47.6, longitude=-122.3)
+    drone = Drone.objects.get()
+
+    act(admin_client, "drones/drone", "ground", [drone.pk])
+    assert Drone.objects.get().status == "maintenance"
+    act(admin_client, "drones/drone", "return_to_service", [drone.pk])
+    assert Drone.objects.get().status == "available"
+    assert list(OutboxMessage.objects.filter(stream=f"drone:{drone.pk}").values_list("type", flat=True)) == [
+        "drone.grounded",
+        "drone.returned_to_service",
+    ]
