@@ -1,0 +1,113 @@
+"""An operator in a real browser (headless Debian Chromium): find a dead letter, replay it, see it processed.
+
+With UPDATE_SCREENSHOTS=1 the pages are saved to docs/screenshots/ for docs/operations.md.
+"""
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+
+from outbox.models import DeadLetter
+from outbox.relay import Relay
+from tests.conftest import wait_until
+from tests.probe.models import Effect, Outage
+from tests.probe.services import ping
+
+pytestmark = pytest.mark.integration
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags for a closed network: without them Chromium keeps trying to reach Google's hosts.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are
+    # still plain synchronous code, which Django allows with this documented switch.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path) -> Path:
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        target = Path(settings.BASE_DIR) / "docs" / "screenshots"
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+    return tmp_path
+
+
+@pytest.fixture
+def relay(broker, worker):
+    stop = threading.Event()
+
+    def run():
+        try:
+            Relay(broker=broker).run(stop=stop)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(10)
+
+
+def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
+    live_server, browser, relay, screenshots
+):
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    Outage.objects.create(subscriber="probe_b")
+    ping(n=7, fail={"probe_b": "outage"})
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_b").first(), what="a dead letter")
+    Outage.objects.all().delete()  # the fault is fixed; now the operator acts
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/outbox/deadletter/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    assert "handler_error" in page.inner_text("#result_list")
+    page.screenshot(path=str(screenshots / "dead-letters.png"), full_page=True)
+
+    page.click(f"#result_list a[href$='/deadletter/{letter.pk}/change/']")
+    page.wait_for_selector("text=Traceback")
+    page.screenshot(path=str(screenshots / "dead-letter.png"), full_page=True)
+
+    page.go_back()
+    page.check(f"input[name=_selected_action][value='{letter.pk}']")
+    page.select_option("select[name=action]", "replay")
+    page.click("button[name=index]")
+    page.wait_for_selector("text=Replayed 1 dead letter(s) through the outbox.")
+
+    wait_until(lambda: Effect.objects.filter(subscriber="probe_b").exists(), what="the replay to be processed")
+    page.goto(f"{live_server.url}/admin/outbox/outboxmessage/timeline/{letter.correlation_id}/")
+    assert "✓ probe_b" in page.inner_text("#content")
+    page.screenshot(path=str(screenshots / "timeline.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/outbox/outboxmessage/overview/")
+    page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/outbox/deadletter/{letter.pk}/change/")
+    assert "replayed" in page.inner_text("#content")
