@@ -55,18 +55,14 @@ def on_drone_unavailable(message: Received[Refusal]) -> None:
     services.record_failure(delivery_id=message.payload.delivery_id, reason=message.payload.reason)
 
 
-@subscribe("deliveries", "drone.position_reported", reader=Position)
+@subscribe("deliveries", "drone.position_reported", reader=Position, ordered=True)
 def on_position_reported(message: Received[Position]) -> None:
-    services.record_position(
-        delivery_id=message.payload.delivery_id, location=_location(message.payload), sequence=message.envelope.sequence
-    )
+    services.record_position(delivery_id=message.payload.delivery_id, location=_location(message.payload))
 
 
-@subscribe("deliveries", "drone.arrived", reader=Position)
+@subscribe("deliveries", "drone.arrived", reader=Position, ordered=True)
 def on_drone_arrived(message: Received[Position]) -> None:
-    services.record_arrival(
-        delivery_id=message.payload.delivery_id, location=_location(message.payload), sequence=message.envelope.sequence
-    )
+    services.record_arrival(delivery_id=message.payload.delivery_id, location=_location(message.payload))
 
 
 @subscribe("deliveries", "drone.released", reader=AboutDelivery)

@@ -53,7 +53,6 @@ class Delivery(models.Model):
     drone_id = models.UUIDField(null=True, blank=True)
     eta = models.DateTimeField(null=True, blank=True)
     last_known_location = models.JSONField(null=True, blank=True)
-    last_position_sequence = models.PositiveBigIntegerField(default=0)
     compensations = models.JSONField(default=list, blank=True, help_text="Compensations reported done.")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)
     first_answer = models.JSONField(null=True, blank=True, help_text="The 202 body, answered again for a repeat.")

@@ -199,25 +199,24 @@ def _fail_if_not_dispatched(delivery_id: UUID, reason: str) -> Delivery | None:
         return delivery
 
 
-def record_position(*, delivery_id: UUID, location: dict, sequence: int) -> Delivery | None:
-    """Apply a position report unless one later in the drone's stream was applied already."""
+def record_position(*, delivery_id: UUID, location: dict) -> Delivery | None:
+    """Apply a position report (its handler is ordered: a stale report never gets here)."""
     with transaction.atomic():
         delivery = _locked(delivery_id)
-        if delivery is None or delivery.status != Status.IN_TRANSIT or sequence <= delivery.last_position_sequence:
+        if delivery is None or delivery.status != Status.IN_TRANSIT:
             return delivery
-        delivery.last_known_location, delivery.last_position_sequence = location, sequence
+        delivery.last_known_location = location
         delivery.save()
         return delivery
 
 
-def record_arrival(*, delivery_id: UUID, location: dict, sequence: int) -> Delivery | None:
+def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
     with transaction.atomic():
         delivery = _locked(delivery_id)
         if delivery is None or delivery.status != Status.IN_TRANSIT:
             return delivery
         delivery.status = Status.DELIVERED
         delivery.last_known_location = location
-        delivery.last_position_sequence = max(sequence, delivery.last_position_sequence)
         _announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
         delivery.save()
         return delivery

@@ -100,7 +100,8 @@ def start_flight(*, delivery_id: UUID) -> Assignment | None:
         stops = [_home(drone), pickup, dropoff]
         total = max(route_km(*stops), 1e-9)
         seconds = _flight_seconds(total, drone)
-        now, stream = timezone.now(), f"drone:{drone.id}"
+        # The flight has its own stream, so its reports are numbered 1..n without other drone news between.
+        now, stream = timezone.now(), f"flight:{delivery_id}"
         for travelled, point in waypoints(stops, settings.DRONE_POSITION_REPORTS):
             publish(
                 DronePositionReported(

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from outbox.dead_letters import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
 from outbox.subscriptions import actor_name, queue_name, routing_table
 from outbox.timeline import correlation_timeline
 
@@ -93,6 +93,9 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
             "pending": pending,
             "inbox": InboxMessage.objects.values("subscriber")
             .annotate(processed=Count("id"), duplicates=Sum("duplicates"))
+            .order_by("subscriber"),
+            "ordering": StreamCursor.objects.values("subscriber")
+            .annotate(streams=Count("id"), gaps=Sum("gaps"), stale=Sum("stale"))
             .order_by("subscriber"),
             "dead": open_letters()
             .values("subscriber", "reason", "type")

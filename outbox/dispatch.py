@@ -23,6 +23,7 @@ from outbox.contracts import upcast
 from outbox.dead_letters import Reason, Rejected, record_dead_letter
 from outbox.envelope import Envelope
 from outbox.models import InboxMessage
+from outbox.ordering import Position, advance
 from outbox.publishing import handling
 from outbox.subscriptions import Received, Subscription, subscription
 
@@ -100,6 +101,10 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
             )
             logger.info("%s skipped duplicate %s %s", sub.subscriber, envelope.type, envelope.message_id)
             return False
+        if sub.ordered:
+            position = advance(subscriber=sub.subscriber, stream=envelope.stream, sequence=envelope.sequence)
+            if position == Position.STALE:
+                return False
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
     return True

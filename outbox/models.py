@@ -126,3 +126,19 @@ class DeadLetter(models.Model):
 
     def __str__(self):
         return f"{self.subscriber}: {self.type or '?'} ({self.reason})"
+
+
+class StreamCursor(models.Model):
+    """How far one subscriber has read one stream, for subscriptions that care about order."""
+
+    subscriber = models.CharField(max_length=100)
+    stream = models.CharField(max_length=200)
+    last_sequence = models.PositiveBigIntegerField(default=0)
+    gaps = models.PositiveIntegerField(default=0, help_text="Sequence numbers skipped over (never seen first).")
+    stale = models.PositiveIntegerField(default=0, help_text="Events dropped as older than one already applied.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["subscriber", "stream"], name="cursor_subscriber_stream_unique")]
+
+    def __str__(self):
+        return f"{self.subscriber} @ {self.stream}#{self.last_sequence}"

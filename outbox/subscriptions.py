@@ -36,6 +36,7 @@ class Subscription:
     reader: type[BaseModel] | None
     versions: frozenset[int]
     compensation: bool = False
+    ordered: bool = False
 
     def read(self, payload: dict) -> Any:
         return self.reader.model_validate(payload) if self.reader else payload
@@ -51,6 +52,7 @@ def subscribe(
     reader: type[BaseModel] | None = None,
     versions: tuple[int, ...] = (1,),
     compensation: bool = False,
+    ordered: bool = False,
 ):
     """Register the decorated function as `subscriber`'s handler for `event_type`.
 
@@ -58,6 +60,8 @@ def subscribe(
     publisher's contract); `versions` are the contract versions the handler understands
     (older ones are upcast to them first). A `compensation` that keeps failing is
     dead-lettered as `compensation_failed`, so operators see undone work apart from the rest.
+    An `ordered` handler never sees an event older than one of its stream it already handled
+    (see `outbox.ordering`).
     """
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
@@ -68,7 +72,7 @@ def subscribe(
         if known is not None and known.handler.__qualname__ != handler.__qualname__:
             raise ValueError(f"{subscriber} already handles {event_type} with {known.handler.__qualname__}")
         handlers[event_type] = Subscription(
-            subscriber, event_type, handler, reader, frozenset(versions), compensation=compensation
+            subscriber, event_type, handler, reader, frozenset(versions), compensation=compensation, ordered=ordered
         )
         return handler
 

@@ -5,7 +5,7 @@ from uuid import UUID
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from notifications.models import Notification
-from outbox.models import InboxMessage
+from outbox.models import InboxMessage, StreamCursor
 from packages.models import Package
 from tests.deliveries.conftest import delivery_request
 
@@ -137,13 +137,32 @@ def test_a_stale_position_report_does_not_overwrite_a_newer_one(customer, fleet,
     choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
     first, *_, last = choreography.pending(delivery_id, "drone.position_reported")
 
+    assert first.payload["latitude"] != last.payload["latitude"]
+
     choreography.hand_over(last)  # the newer report arrives first
     choreography.hand_over(first)
 
     delivery = Delivery.objects.get(id=delivery_id)
-    assert delivery.last_position_sequence == last.sequence
     assert delivery.last_known_location["latitude"] == last.payload["latitude"]
     assert InboxMessage.objects.filter(message_id=first.message_id, subscriber="deliveries").exists()
+    cursor = StreamCursor.objects.get(subscriber="deliveries", stream=f"flight:{delivery_id}")
+    assert (cursor.last_sequence, cursor.stale, cursor.gaps) == (last.sequence, 1, last.sequence - 1)
+
+
+def test_reports_in_order_leave_no_gap_and_a_skipped_one_is_logged_and_counted(customer, fleet, choreography, caplog):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, second, third = choreography.pending(delivery_id, "drone.position_reported")
+
+    choreography.hand_over(first)
+    choreography.hand_over(third)  # the second is late
+
+    cursor = StreamCursor.objects.get(subscriber="deliveries", stream=f"flight:{delivery_id}")
+    assert (cursor.last_sequence, cursor.gaps, cursor.stale) == (third.sequence, 1, 0)
+    assert f"deliveries saw a gap in flight:{delivery_id}: #3 after #1" in caplog.text
+    choreography.hand_over(second)
+    assert StreamCursor.objects.get(pk=cursor.pk).stale == 1
+    assert Delivery.objects.get(id=delivery_id).last_known_location["latitude"] == third.payload["latitude"]
 
 
 def test_notifications_record_one_per_delivery_and_kind(customer, fleet, choreography):
