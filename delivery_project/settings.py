@@ -98,6 +98,11 @@ OUTBOX_MAX_HOPS = int(os.environ.get("OUTBOX_MAX_HOPS", "32"))
 # dead-lettered as `expired`: acting on a stale fact does more harm than good. A replay is
 # a fresh send, so an operator can still replay an old dead letter.
 OUTBOX_MESSAGE_TTL_SECONDS = int(os.environ.get("OUTBOX_MESSAGE_TTL_SECONDS", str(7 * 24 * 3600)))
+# Event-storm guards, per subscriber (see outbox/limits.py), e.g.
+#   {"notifications": {"concurrency": 4, "per_second": 50}}
+# The counters need a Redis: OUTBOX_LIMITS_REDIS_URL, or the broker's when it is Redis.
+OUTBOX_SUBSCRIBER_LIMITS: dict[str, dict[str, int]] = {}
+OUTBOX_LIMITS_REDIS_URL = os.environ.get("OUTBOX_LIMITS_REDIS_URL", "")
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "200"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))

@@ -8,6 +8,7 @@ class OutboxConfig(AppConfig):
     verbose_name = "Messaging (outbox, inbox, dead letters)"
 
     def ready(self):
-        from outbox import subscriptions
+        from outbox import limits, subscriptions
 
         subscriptions.autodiscover()
+        limits.check_configuration()

@@ -8,6 +8,7 @@ and forgotten.
 """
 
 import logging
+import random
 import time
 from datetime import datetime
 from typing import Any
@@ -16,12 +17,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage
+from dramatiq.rate_limits import RateLimitExceeded
 from pydantic import ValidationError
 
 from outbox.contracts import upcast
 from outbox.dead_letters import Reason, Rejected, record_dead_letter
 from outbox.envelope import Envelope
+from outbox.limits import within_limits
 from outbox.models import InboxMessage
 from outbox.ordering import Position, advance
 from outbox.publishing import handling
@@ -41,10 +45,14 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
     sub = subscription(subscriber, envelope.type)
     try:
         _refuse_unacceptable(sub, subscriber, envelope)
-        return _handle_once(sub, envelope, _read(sub, envelope))
+        payload = _read(sub, envelope)
+        with within_limits(subscriber):
+            return _handle_once(sub, envelope, payload)
     except Rejected as error:
         record_dead_letter(subscriber=subscriber, body=body, reason=error.reason, error=error)
         return False
+    except RateLimitExceeded:
+        _put_back_without_spending_a_retry()
     except Exception as error:
         retries, first_failed_at = _failures_so_far()
         if retries >= settings.OUTBOX_MAX_RETRIES:
@@ -108,6 +116,14 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
     return True
+
+
+def _put_back_without_spending_a_retry() -> None:
+    """Over a limit is not a failure: re-enqueue after a short, jittered delay, retries untouched."""
+    message = CurrentMessage.get_current_message()
+    if message is not None:
+        message.options["retries"] = message.options.get("retries", 0) - 1  # Retries adds it back
+    raise Retry(delay=random.randint(50, 500))
 
 
 def _failures_so_far() -> tuple[int, datetime]:

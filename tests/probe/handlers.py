@@ -1,3 +1,5 @@
+import threading
+
 from dramatiq.middleware import CurrentMessage
 
 from outbox.contracts import Reader
@@ -20,6 +22,10 @@ class Misbehaving(Exception):
     pass
 
 
+# How many "slow" handlers ran at once in this process (the limits test reads it).
+_running, running_high_water, _running_lock = [0], [0], threading.Lock()
+
+
 def _misbehave(subscriber: str, mode: str | None) -> None:
     retries = (
         CurrentMessage.get_current_message().options.get("retries", 0) if CurrentMessage.get_current_message() else 0
@@ -28,6 +34,15 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
         raise Misbehaving(f"{subscriber} told to fail {mode}")
     if mode == "outage" and Outage.objects.filter(subscriber=subscriber).exists():
         raise Misbehaving(f"{subscriber} is in an outage")
+    if mode == "slow":
+        with _running_lock:
+            _running[0] += 1
+            running_high_water[0] = max(running_high_water[0], _running[0])
+        try:
+            threading.Event().wait(0.1)
+        finally:
+            with _running_lock:
+                _running[0] -= 1
     if mode == "reject":
         raise Rejected("probe_refused", f"{subscriber} refuses this ping")
 
