@@ -47,7 +47,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         for delivery in queryset:
             try:
                 services.cancel_delivery(delivery_id=delivery.pk, customer=None, reason="cancelled_by_operator")
-            except services.DeliveryNotCancellable as error:
+            except services.TooLate as error:
                 self.message_user(request, f"{delivery.pk}: {error}", messages.WARNING)
         self.message_user(request, "Cancellation requested; compensations follow through events.", messages.INFO)
 

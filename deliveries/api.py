@@ -17,6 +17,7 @@ from deliveries.schemas import (
     DeliveryAccepted,
     DeliveryOut,
     DeliveryRequestIn,
+    DeliveryRescheduleIn,
     DeliveryStatusOut,
     ErrorOut,
     TimelineEvent,
@@ -205,6 +206,30 @@ def get_timeline(request, delivery_id: UUID):
     return Status(200, selectors.timeline(_own(request, delivery_id)))
 
 
+@api.patch(
+    "/deliveryrequests/{delivery_id}",
+    response={202: DeliveryOut, **ERRORS},
+    by_alias=True,
+    summary="Reschedule a delivery before dispatch (times or places)",
+)
+def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleIn):
+    _own(request, delivery_id)
+    try:
+        delivery = services.reschedule_delivery(
+            delivery_id=delivery_id,
+            customer=request.auth,
+            pickup_time=payload.pickup_time,
+            deadline=payload.deadline,
+            pickup=payload.pickup_location.model_dump() if payload.pickup_location else None,
+            dropoff=payload.drop_off_location.model_dump() if payload.drop_off_location else None,
+        )
+    except services.TooLate as error:
+        return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
+    except services.InvalidReschedule as error:
+        return Status(422, {"detail": str(error), "errors": [{"field": error.field, "message": str(error)}]})
+    return Status(202, _delivery(delivery))
+
+
 @api.delete(
     "/deliveryrequests/{delivery_id}",
     response={202: DeliveryStatusOut, **ERRORS},
@@ -215,6 +240,6 @@ def cancel_delivery(request, delivery_id: UUID):
     _own(request, delivery_id)
     try:
         delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
-    except services.DeliveryNotCancellable as error:
+    except services.TooLate as error:
         return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
     return Status(202, _status(delivery))

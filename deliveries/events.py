@@ -84,11 +84,12 @@ class DeliveryCancelled(Event):
 
 
 class DeliveryJoinTimedOut(Event):
-    """A timer the context sets for itself: fires DELIVERY_JOIN_TIMEOUT_SECONDS after the request."""
+    """A timer the context sets for itself: fires DELIVERY_JOIN_TIMEOUT_SECONDS after each scheduling round."""
 
     type = "delivery.join_timed_out"
     version = 1
     delivery_id: UUID
+    round: int = 1
 
 
 class DeliveryDeadlinePassed(Event):
@@ -97,3 +98,20 @@ class DeliveryDeadlinePassed(Event):
     type = "delivery.deadline_passed"
     version = 1
     delivery_id: UUID
+    deadline: datetime | None = None  # the deadline it was set for; a rescheduled one makes it moot
+
+
+class DeliveryRescheduled(Event):
+    """The customer changed times or places before dispatch; new places start scheduling round `round`."""
+
+    type = "delivery.rescheduled"
+    version = 1
+    delivery_id: UUID
+    round: int
+    pickup: Location
+    dropoff: Location
+    pickup_time: datetime
+    deadline: datetime | None = None
+    weight_kg: float
+    priority: Literal["normal", "high"]
+    locations_changed: bool

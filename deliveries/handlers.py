@@ -15,12 +15,20 @@ class AboutDelivery(Reader):
 class Refusal(Reader):
     delivery_id: UUID
     reason: str
+    round: int | None = None
+
+
+class Timer(Reader):
+    delivery_id: UUID
+    round: int = 1
+    deadline: datetime | None = None
 
 
 class DroneScheduled(Reader):
     delivery_id: UUID
     drone_id: UUID
     eta: datetime
+    round: int = 1
 
 
 class Position(Reader):
@@ -42,7 +50,7 @@ def on_package_ready(message: Received[AboutDelivery]) -> None:
 @subscribe("deliveries", "drone.scheduled", reader=DroneScheduled)
 def on_drone_scheduled(message: Received[DroneScheduled]) -> None:
     p = message.payload
-    services.record_drone_scheduled(delivery_id=p.delivery_id, drone_id=p.drone_id, eta=p.eta)
+    services.record_drone_scheduled(delivery_id=p.delivery_id, drone_id=p.drone_id, eta=p.eta, round=p.round)
 
 
 @subscribe("deliveries", "package.rejected", reader=Refusal)
@@ -52,7 +60,8 @@ def on_package_rejected(message: Received[Refusal]) -> None:
 
 @subscribe("deliveries", "drone.unavailable", reader=Refusal)
 def on_drone_unavailable(message: Received[Refusal]) -> None:
-    services.record_failure(delivery_id=message.payload.delivery_id, reason=message.payload.reason)
+    p = message.payload
+    services.record_failure(delivery_id=p.delivery_id, reason=p.reason, round=p.round or 1)
 
 
 @subscribe("deliveries", "drone.position_reported", reader=Position, ordered=True)
@@ -75,11 +84,11 @@ def on_package_cancelled(message: Received[AboutDelivery]) -> None:
     services.record_compensation(delivery_id=message.payload.delivery_id, done="package_cancelled")
 
 
-@subscribe("deliveries", "delivery.join_timed_out", reader=AboutDelivery)
-def on_join_timed_out(message: Received[AboutDelivery]) -> None:
-    services.expire_join(delivery_id=message.payload.delivery_id)
+@subscribe("deliveries", "delivery.join_timed_out", reader=Timer)
+def on_join_timed_out(message: Received[Timer]) -> None:
+    services.expire_join(delivery_id=message.payload.delivery_id, round=message.payload.round)
 
 
-@subscribe("deliveries", "delivery.deadline_passed", reader=AboutDelivery)
-def on_deadline_passed(message: Received[AboutDelivery]) -> None:
-    services.expire_deadline(delivery_id=message.payload.delivery_id)
+@subscribe("deliveries", "delivery.deadline_passed", reader=Timer)
+def on_deadline_passed(message: Received[Timer]) -> None:
+    services.expire_deadline(delivery_id=message.payload.delivery_id, deadline=message.payload.deadline)

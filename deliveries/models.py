@@ -51,6 +51,8 @@ class Delivery(models.Model):
     # The join: both halves must be in before the drone may take off.
     package_ready = models.BooleanField(default=False)
     drone_id = models.UUIDField(null=True, blank=True)
+    # A reschedule to new places starts a new round; answers to an older round are ignored.
+    schedule_round = models.PositiveIntegerField(default=1)
     eta = models.DateTimeField(null=True, blank=True)
     last_known_location = models.JSONField(null=True, blank=True)
     compensations = models.JSONField(default=list, blank=True, help_text="Compensations reported done.")

@@ -5,7 +5,7 @@ from typing import Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -51,6 +51,26 @@ class DeliveryRequestIn(CamelSchema):
         if deadline is not None and pickup is not None and deadline < pickup:
             raise ValueError("deadline must not be before pickupTime")
         return deadline
+
+
+class DeliveryRescheduleIn(CamelSchema):
+    """Any of these, before dispatch; new places re-run drone scheduling."""
+
+    pickup_time: datetime | None = None
+    deadline: datetime | None = None
+    pickup_location: Location | None = None
+    drop_off_location: Location | None = None
+
+    @field_validator("pickup_time", "deadline")
+    @classmethod
+    def _utc_when_naive(cls, value: datetime | None) -> datetime | None:
+        return _aware(value)
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> "DeliveryRescheduleIn":
+        if not self.model_fields_set:
+            raise ValueError("give at least one of pickupTime, deadline, pickupLocation, dropOffLocation")
+        return self
 
 
 class DeliveryAccepted(CamelSchema):

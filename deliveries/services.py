@@ -18,6 +18,7 @@ from deliveries.events import (
     DeliveryFailed,
     DeliveryJoinTimedOut,
     DeliveryRequested,
+    DeliveryRescheduled,
     Location,
     PackageInfo,
 )
@@ -27,11 +28,11 @@ from outbox.publishing import publish
 Status = Delivery.Status
 
 
-class DeliveryNotCancellable(Exception):
-    """Cancelling is only possible before dispatch."""
+class TooLate(Exception):
+    """Cancelling and rescheduling are only possible before dispatch."""
 
-    def __init__(self, status: str):
-        super().__init__(f"a delivery that is {status} can no longer be cancelled")
+    def __init__(self, status: str, change: str):
+        super().__init__(f"a delivery that is {status} can no longer be {change}")
         self.reason = f"already_{status}"
 
 
@@ -118,12 +119,19 @@ def request_delivery(
         return Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), False
 
 
-def _set_timers(delivery: Delivery) -> None:
+def _set_timers(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> None:
     """Schedule the join timeout and the deadline as delayed events to this context itself."""
-    timeout = timedelta(seconds=settings.DELIVERY_JOIN_TIMEOUT_SECONDS)
-    _announce(delivery, DeliveryJoinTimedOut(delivery_id=delivery.id), at=timezone.now() + timeout)
-    if delivery.deadline:
-        _announce(delivery, DeliveryDeadlinePassed(delivery_id=delivery.id), at=delivery.deadline)
+    if join:
+        timeout = timedelta(seconds=settings.DELIVERY_JOIN_TIMEOUT_SECONDS)
+        _announce(
+            delivery,
+            DeliveryJoinTimedOut(delivery_id=delivery.id, round=delivery.schedule_round),
+            at=timezone.now() + timeout,
+        )
+    if deadline and delivery.deadline:
+        _announce(
+            delivery, DeliveryDeadlinePassed(delivery_id=delivery.id, deadline=delivery.deadline), at=delivery.deadline
+        )
 
 
 def _locked(delivery_id: UUID) -> Delivery | None:
@@ -158,11 +166,11 @@ def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
         return delivery
 
 
-def record_drone_scheduled(*, delivery_id: UUID, drone_id: UUID, eta: datetime) -> Delivery | None:
+def record_drone_scheduled(*, delivery_id: UUID, drone_id: UUID, eta: datetime, round: int = 1) -> Delivery | None:
     with transaction.atomic():
         delivery = _locked(delivery_id)
-        if delivery is None or delivery.is_terminal:
-            return delivery  # the drone context releases it on delivery.failed/cancelled
+        if delivery is None or delivery.is_terminal or round != delivery.schedule_round:
+            return delivery  # the drone context releases it on delivery.failed/cancelled or the reschedule
         delivery.drone_id, delivery.eta = drone_id, eta
         if delivery.status == Status.REQUESTED:
             delivery.status = Status.SCHEDULED
@@ -171,31 +179,87 @@ def record_drone_scheduled(*, delivery_id: UUID, drone_id: UUID, eta: datetime) 
         return delivery
 
 
-def record_failure(*, delivery_id: UUID, reason: str) -> Delivery | None:
-    """An upstream context refused (package rejected, no drone): fail, which triggers compensations."""
+def record_failure(*, delivery_id: UUID, reason: str, round: int | None = None) -> Delivery | None:
+    """An upstream context refused (package rejected, no drone): fail, which triggers compensations.
+
+    `round` is the scheduling round a refusal answers; one for a round since rescheduled is moot.
+    """
     with transaction.atomic():
         delivery = _locked(delivery_id)
-        if delivery is not None:
+        if delivery is not None and round in (None, delivery.schedule_round):
             _fail(delivery, reason)
             delivery.save()
         return delivery
 
 
-def expire_join(*, delivery_id: UUID) -> Delivery | None:
-    """The join timer fired: a delivery still waiting for a half fails, and is compensated."""
-    return _fail_if_not_dispatched(delivery_id, "join_timeout")
+def expire_join(*, delivery_id: UUID, round: int = 1) -> Delivery | None:
+    """The join timer fired: a delivery still waiting for a half of this round fails, and is compensated."""
+    return _fail_if_not_dispatched(delivery_id, "join_timeout", still=lambda d: d.schedule_round == round)
 
 
-def expire_deadline(*, delivery_id: UUID) -> Delivery | None:
-    return _fail_if_not_dispatched(delivery_id, "deadline_missed")
+def expire_deadline(*, delivery_id: UUID, deadline: datetime | None = None) -> Delivery | None:
+    """The deadline timer fired; a timer for a deadline since moved changes nothing."""
+    return _fail_if_not_dispatched(delivery_id, "deadline_missed", still=lambda d: deadline in (None, d.deadline))
 
 
-def _fail_if_not_dispatched(delivery_id: UUID, reason: str) -> Delivery | None:
+def _fail_if_not_dispatched(delivery_id: UUID, reason: str, *, still: Callable[[Delivery], bool]) -> Delivery | None:
     with transaction.atomic():
         delivery = _locked(delivery_id)
-        if delivery is not None and delivery.status in (Status.REQUESTED, Status.SCHEDULED):
+        if delivery is not None and delivery.status in (Status.REQUESTED, Status.SCHEDULED) and still(delivery):
             _fail(delivery, reason)
             delivery.save()
+        return delivery
+
+
+class InvalidReschedule(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def reschedule_delivery(
+    *,
+    delivery_id: UUID,
+    customer: Customer,
+    pickup_time: datetime | None = None,
+    deadline: datetime | None = None,
+    pickup: dict | None = None,
+    dropoff: dict | None = None,
+) -> Delivery:
+    """Change times or places before dispatch; new places send the drone scheduler round again."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
+        if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
+            raise TooLate(delivery.status, "rescheduled")
+        new_pickup_time, new_deadline = pickup_time or delivery.pickup_time, deadline or delivery.deadline
+        if new_deadline is not None and new_deadline < new_pickup_time:
+            raise InvalidReschedule("deadline", "deadline must not be before pickupTime")
+        moved = (pickup is not None and pickup != delivery.pickup_location) or (
+            dropoff is not None and dropoff != delivery.dropoff_location
+        )
+        deadline_moved = new_deadline != delivery.deadline
+        delivery.pickup_time, delivery.deadline = new_pickup_time, new_deadline
+        delivery.pickup_location = pickup if pickup is not None else delivery.pickup_location
+        delivery.dropoff_location = dropoff if dropoff is not None else delivery.dropoff_location
+        if moved:
+            delivery.schedule_round += 1
+            delivery.status, delivery.drone_id, delivery.eta = Status.REQUESTED, None, None
+        _announce(
+            delivery,
+            DeliveryRescheduled(
+                delivery_id=delivery.id,
+                round=delivery.schedule_round,
+                pickup=Location(**delivery.pickup_location),
+                dropoff=Location(**delivery.dropoff_location),
+                pickup_time=delivery.pickup_time,
+                deadline=delivery.deadline,
+                weight_kg=delivery.package_weight_kg,
+                priority="high" if delivery.expedited else "normal",
+                locations_changed=moved,
+            ),
+        )
+        _set_timers(delivery, join=moved, deadline=deadline_moved)
+        delivery.save()
         return delivery
 
 
@@ -241,7 +305,7 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str
         if delivery.status == Status.CANCELLED:
             return delivery
         if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
-            raise DeliveryNotCancellable(delivery.status)
+            raise TooLate(delivery.status, "cancelled")
         delivery.status, delivery.status_reason = Status.CANCELLED, reason
         _announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason=reason))
         delivery.save()

@@ -12,6 +12,7 @@ class DroneScheduled(Event):
     delivery_id: UUID
     drone_id: UUID
     eta: datetime
+    round: int = 1  # which scheduling of the delivery this answers (a reschedule starts the next)
 
 
 class DroneUnavailable(Event):
@@ -21,6 +22,7 @@ class DroneUnavailable(Event):
     version = 1
     delivery_id: UUID
     reason: str
+    round: int = 1
 
 
 class DronePositionReported(Event):

@@ -66,3 +66,27 @@ def on_delivery_failed(message: Received[DeliveryEvent]) -> None:
 @subscribe("drones", "delivery.cancelled", reader=DeliveryEvent)
 def on_delivery_cancelled(message: Received[DeliveryEvent]) -> None:
     services.release_drone(delivery_id=message.payload.delivery_id, reason="delivery_cancelled")
+
+
+class DeliveryRescheduled(Reader):
+    delivery_id: UUID
+    round: int
+    pickup: Location
+    dropoff: Location
+    weight_kg: float
+    priority: Literal["normal", "high"] = "normal"
+    locations_changed: bool
+
+
+@subscribe("drones", "delivery.rescheduled", reader=DeliveryRescheduled)
+def on_delivery_rescheduled(message: Received[DeliveryRescheduled]) -> None:
+    p = message.payload
+    if p.locations_changed:
+        services.reschedule_drone(
+            delivery_id=p.delivery_id,
+            round=p.round,
+            pickup=_point(p.pickup),
+            dropoff=_point(p.dropoff),
+            weight_kg=p.weight_kg,
+            priority=p.priority,
+        )

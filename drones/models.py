@@ -38,6 +38,7 @@ class Assignment(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, db_index=True)
     reason = models.CharField(max_length=50, blank=True)
     priority = models.CharField(max_length=10, default="normal")
+    round = models.PositiveIntegerField(default=1, help_text="Scheduling round: a reschedule starts the next.")
     pickup_latitude = models.FloatField(null=True)
     pickup_longitude = models.FloatField(null=True)
     dropoff_latitude = models.FloatField(null=True)

@@ -39,31 +39,63 @@ def schedule_drone(
     """Reserve the nearest available drone that can carry the weight there and back, or say why none can."""
     with transaction.atomic():
         existing = Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
-        if existing is not None:  # handled before, or the delivery already ended (tombstone)
+        if existing is not None:  # handled before, rescheduled first, or the delivery already ended (tombstone)
             return existing
-        drone, reason = _reserve_nearest(delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg)
-        assignment = Assignment(
-            delivery_id=delivery_id,
-            drone=drone,
-            priority=priority,
-            pickup_latitude=pickup.latitude,
-            pickup_longitude=pickup.longitude,
-            dropoff_latitude=dropoff.latitude,
-            dropoff_longitude=dropoff.longitude,
+        return _schedule(
+            delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg, priority=priority, round=1
         )
-        if drone is None:
-            assignment.status, assignment.reason = Assignment.Status.REFUSED, reason
-            assignment.save()
-            publish(DroneUnavailable(delivery_id=delivery_id, reason=reason), stream=f"assignment:{delivery_id}")
-            return assignment
-        flight = route_km(_home(drone), pickup, dropoff)
-        assignment.status = Assignment.Status.RESERVED
-        assignment.eta = timezone.now() + timedelta(seconds=_flight_seconds(flight, drone))
+
+
+def reschedule_drone(
+    *, delivery_id: UUID, round: int, pickup: Point, dropoff: Point, weight_kg: float, priority: str = "normal"
+) -> Assignment | None:
+    """The customer moved pickup or drop-off before dispatch: release the drone, then schedule again."""
+    with transaction.atomic():
+        existing = Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
+        if existing is not None:
+            if existing.round >= round or existing.status not in (
+                Assignment.Status.RESERVED,
+                Assignment.Status.REFUSED,
+            ):
+                return existing  # seen already, or the delivery ended or took off meanwhile
+            if existing.status == Assignment.Status.RESERVED:
+                _free_drone(existing, reason="rescheduled")
+            existing.delete()
+        return _schedule(
+            delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg, priority=priority, round=round
+        )
+
+
+def _schedule(
+    *, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float, priority: str, round: int
+) -> Assignment:
+    drone, reason = _reserve_nearest(delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg)
+    assignment = Assignment(
+        delivery_id=delivery_id,
+        drone=drone,
+        priority=priority,
+        round=round,
+        pickup_latitude=pickup.latitude,
+        pickup_longitude=pickup.longitude,
+        dropoff_latitude=dropoff.latitude,
+        dropoff_longitude=dropoff.longitude,
+    )
+    if drone is None:
+        assignment.status, assignment.reason = Assignment.Status.REFUSED, reason
         assignment.save()
         publish(
-            DroneScheduled(delivery_id=delivery_id, drone_id=drone.id, eta=assignment.eta), stream=f"drone:{drone.id}"
+            DroneUnavailable(delivery_id=delivery_id, reason=reason, round=round), stream=f"assignment:{delivery_id}"
         )
         return assignment
+    flight = route_km(_home(drone), pickup, dropoff)
+    assignment.status = Assignment.Status.RESERVED
+    assignment.eta = timezone.now() + timedelta(seconds=_flight_seconds(flight, drone))
+    assignment.save()
+    publish(
+        DroneScheduled(delivery_id=delivery_id, drone_id=drone.id, eta=assignment.eta, round=round),
+        stream=f"drone:{drone.id}",
+    )
+    return assignment
 
 
 def _reserve_nearest(*, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float) -> tuple[Drone | None, str]:
@@ -140,16 +172,23 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
         )
         if created or assignment.status in (Assignment.Status.RELEASED, Assignment.Status.REFUSED):
             return assignment
-        drone = Drone.objects.select_for_update().get(pk=assignment.drone_id)
-        if drone.delivery_id == delivery_id:
-            drone.delivery_id = None
-            if drone.status != Drone.Status.MAINTENANCE:
-                drone.status = Drone.Status.AVAILABLE
-            drone.save(update_fields=["status", "delivery_id", "updated_at"])
+        _free_drone(assignment, reason=reason)
         assignment.status, assignment.reason = Assignment.Status.RELEASED, reason
         assignment.save(update_fields=["status", "reason", "updated_at"])
-        publish(DroneReleased(delivery_id=delivery_id, drone_id=drone.id, reason=reason), stream=f"drone:{drone.id}")
         return assignment
+
+
+def _free_drone(assignment: Assignment, *, reason: str) -> None:
+    """Give the assignment's drone back to the fleet and say so (`drone.released`)."""
+    drone = Drone.objects.select_for_update().get(pk=assignment.drone_id)
+    if drone.delivery_id == assignment.delivery_id:
+        drone.delivery_id = None
+        if drone.status != Drone.Status.MAINTENANCE:
+            drone.status = Drone.Status.AVAILABLE
+        drone.save(update_fields=["status", "delivery_id", "updated_at"])
+    publish(
+        DroneReleased(delivery_id=assignment.delivery_id, drone_id=drone.id, reason=reason), stream=f"drone:{drone.id}"
+    )
 
 
 def seed_fleet(

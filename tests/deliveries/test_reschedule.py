@@ -1,0 +1,104 @@
+"""PATCH /api/deliveryrequests/{id}: change times or places before dispatch; new places re-run scheduling."""
+
+from datetime import timedelta
+from uuid import UUID
+
+from django.utils import timezone
+
+from deliveries.models import Delivery
+from drones.models import Assignment, Drone
+from outbox.models import OutboxMessage
+from tests.deliveries.conftest import BASE, delivery_request
+
+NEW_DROPOFF = {"latitude": BASE[0] + 0.02, "longitude": BASE[1] - 0.02, "altitude": 10.0}
+
+
+def patch(customer, delivery_id, body):
+    return customer.client.patch(f"/api/deliveryrequests/{delivery_id}", body, content_type="application/json")
+
+
+def requested(customer) -> UUID:
+    return UUID(customer.request().json()["deliveryId"])
+
+
+def test_a_new_drop_off_before_dispatch_releases_the_drone_and_schedules_again(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id)
+    choreography.deliver("drone.scheduled", delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "scheduled"
+
+    response = patch(customer, delivery_id, {"dropOffLocation": NEW_DROPOFF})
+
+    assert response.status_code == 202
+    assert response.json()["dropOffLocation"] == NEW_DROPOFF and response.json()["status"] == "requested"
+    choreography.settle(delivery_id)
+    types = choreography.published_types(delivery_id)
+    assert types.index("delivery.rescheduled") < types.index("drone.released")
+    assert types.count("drone.scheduled") == 2 and types[-1] in ("drone.released", "delivery.completed")
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.schedule_round) == ("delivered", 2)
+    assignment = Assignment.objects.get(delivery_id=delivery_id)
+    assert (assignment.round, assignment.dropoff_latitude) == (2, NEW_DROPOFF["latitude"])
+    assert delivery.last_known_location["latitude"] == NEW_DROPOFF["latitude"]
+    assert Drone.objects.filter(status="available").count() == 3
+
+
+def test_an_answer_to_the_old_round_arriving_late_is_ignored(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id, only="drones")  # round 1 reserves a drone
+
+    patch(customer, delivery_id, {"dropOffLocation": NEW_DROPOFF})
+    first_answer = choreography.pending(delivery_id, "drone.scheduled")[0]
+    choreography.hand_over(first_answer)  # round 1's answer reaches deliveries after the reschedule
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.drone_id) == ("requested", None)
+    choreography.settle(delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+    assert Drone.objects.filter(status="available").count() == 3
+
+
+def test_a_new_deadline_replaces_the_old_deadline_timer_and_leaves_the_drone(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id)
+    later = timezone.now() + timedelta(hours=5)
+
+    assert patch(customer, delivery_id, {"deadline": later.isoformat()}).status_code == 202
+    old_timer = OutboxMessage.objects.filter(type="delivery.deadline_passed").order_by("id").first()
+    choreography.hand_over(old_timer)  # the first deadline comes: it no longer applies
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert delivery.status != "failed" and delivery.deadline == later
+    assert OutboxMessage.objects.filter(type="delivery.deadline_passed").count() == 2
+    assert Drone.objects.filter(status="reserved").count() == 1  # times changed, not places: same drone
+
+
+def test_rescheduling_after_dispatch_is_409(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+
+    response = patch(customer, delivery_id, {"dropOffLocation": NEW_DROPOFF})
+
+    assert response.status_code == 409 and "in_transit" in response.json()["detail"]
+
+
+def test_another_customers_delivery_cannot_be_rescheduled(customer, other_customer):
+    delivery_id = requested(customer)
+    assert patch(other_customer, delivery_id, {"deadline": timezone.now().isoformat()}).status_code == 404
+
+
+def test_bad_reschedules_name_the_field(customer):
+    delivery_id = requested(customer)
+    body = delivery_request()
+
+    cases = [
+        ({}, "body"),
+        ({"deadline": "2000-01-01T00:00:00Z"}, "deadline"),
+        ({"dropOffLocation": {"latitude": 123, "longitude": 0}}, "dropOffLocation.latitude"),
+        ({"pickupTime": "soon"}, "pickupTime"),
+    ]
+    for change, field in cases:
+        response = patch(customer, delivery_id, change)
+        assert response.status_code == 422, (change, response.content)
+        assert field in [e["field"] for e in response.json()["errors"]], (change, response.json())
+    assert Delivery.objects.get(id=delivery_id).dropoff_location == body["dropOffLocation"] | {"altitude": None}
