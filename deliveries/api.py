@@ -5,9 +5,8 @@ from uuid import UUID, uuid4
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
-from ninja import Header, NinjaAPI, Status
+from ninja import Header, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.pagination import PageNumberPagination, paginate
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
@@ -16,6 +15,7 @@ from deliveries.models import Customer, Delivery
 from deliveries.schemas import (
     DeliveryAccepted,
     DeliveryOut,
+    DeliveryPage,
     DeliveryRequestIn,
     DeliveryRescheduleIn,
     DeliveryStatusOut,
@@ -180,10 +180,20 @@ def request_delivery(
     return Status(202, delivery.first_answer)
 
 
-@api.get("/deliveries", response=list[DeliveryOut], by_alias=True, summary="My deliveries, newest first")
-@paginate(PageNumberPagination, page_size=20)
-def list_deliveries(request):
-    return [_delivery(d) for d in selectors.deliveries_of(request.auth)]
+PAGE_SIZE = 20
+
+
+@api.get(
+    "/deliveries",
+    response={200: DeliveryPage, **ERRORS},
+    by_alias=True,
+    summary="My deliveries, newest first, 20 a page",
+)
+def list_deliveries(request, page: int = Query(1, ge=1)):
+    deliveries = selectors.deliveries_of(request.auth)
+    start = (page - 1) * PAGE_SIZE
+    items = [_delivery(d) for d in deliveries[start : start + PAGE_SIZE]]
+    return Status(200, {"items": items, "count": deliveries.count()})
 
 
 @api.get("/deliveries/{delivery_id}", response={200: DeliveryOut, **ERRORS}, by_alias=True)

@@ -93,6 +93,11 @@ class DeliveryOut(DeliveryAccepted):
     updated_at: datetime
 
 
+class DeliveryPage(CamelSchema):
+    items: list[DeliveryOut]
+    count: int
+
+
 class DeliveryStatusOut(CamelSchema):
     status: str
     status_reason: str | None

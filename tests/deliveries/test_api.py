@@ -182,3 +182,8 @@ def test_the_openapi_schema_and_docs_are_served(db):
     request_schema = schema.json()["components"]["schemas"]["DeliveryRequestIn"]
     assert {"pickupLocation", "dropOffLocation", "packageInfo"} <= set(request_schema["properties"])
     assert Client().get("/api/docs").status_code == 200
+
+
+def test_a_page_number_below_one_is_a_422_naming_page(customer):
+    response = customer.get("/deliveries?page=0")
+    assert response.status_code == 422 and response.json()["errors"][0]["field"] == "page"
