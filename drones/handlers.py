@@ -58,12 +58,12 @@ def on_delivery_completed(message: Received[DeliveryEvent]) -> None:
     services.release_drone(delivery_id=message.payload.delivery_id, reason="delivered")
 
 
-@subscribe("drones", "delivery.failed", reader=DeliveryEvent)
+@subscribe("drones", "delivery.failed", reader=DeliveryEvent, compensation=True)
 def on_delivery_failed(message: Received[DeliveryEvent]) -> None:
     services.release_drone(delivery_id=message.payload.delivery_id, reason=message.payload.reason or "delivery_failed")
 
 
-@subscribe("drones", "delivery.cancelled", reader=DeliveryEvent)
+@subscribe("drones", "delivery.cancelled", reader=DeliveryEvent, compensation=True)
 def on_delivery_cancelled(message: Received[DeliveryEvent]) -> None:
     services.release_drone(delivery_id=message.payload.delivery_id, reason="delivery_cancelled")
 

@@ -46,11 +46,11 @@ def on_delivery_completed(message: Received[DeliveryEvent]) -> None:
     services.mark_delivered(delivery_id=message.payload.delivery_id)
 
 
-@subscribe("packages", "delivery.failed", reader=DeliveryEvent)
+@subscribe("packages", "delivery.failed", reader=DeliveryEvent, compensation=True)
 def on_delivery_failed(message: Received[DeliveryEvent]) -> None:
     services.cancel_package(delivery_id=message.payload.delivery_id, reason=message.payload.reason or "delivery_failed")
 
 
-@subscribe("packages", "delivery.cancelled", reader=DeliveryEvent)
+@subscribe("packages", "delivery.cancelled", reader=DeliveryEvent, compensation=True)
 def on_delivery_cancelled(message: Received[DeliveryEvent]) -> None:
     services.cancel_package(delivery_id=message.payload.delivery_id, reason="delivery_cancelled")

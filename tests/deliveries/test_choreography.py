@@ -5,6 +5,7 @@ from uuid import UUID
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from notifications.models import Notification
+from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, StreamCursor
 from packages.models import Package
 from tests.deliveries.conftest import delivery_request
@@ -196,3 +197,31 @@ def test_the_timeline_lists_events_in_causal_order_with_their_subscribers(custom
     types = [e["type"] for e in timeline]
     assert types.index("drone.arrived") < types.index("delivery.completed") < types.index("drone.released")
     assert all(s["outcome"] == "processed" for e in timeline for s in e["subscribers"])
+
+
+def test_the_release_and_cancel_compensations_report_failure_as_compensation_failed():
+    from outbox.subscriptions import subscription
+
+    compensations = [
+        ("drones", "delivery.failed"),
+        ("drones", "delivery.cancelled"),
+        ("packages", "delivery.failed"),
+        ("packages", "delivery.cancelled"),
+    ]
+    assert all(subscription(s, t).compensation for s, t in compensations)
+    assert not subscription("drones", "delivery.requested").compensation
+
+
+def test_a_compensation_runs_once_however_often_its_event_is_delivered(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id)
+    customer.cancel(delivery_id)
+    cancelled = choreography.pending(delivery_id, "delivery.cancelled")[0]
+
+    for _ in range(3):
+        dispatch(subscriber="drones", body=cancelled.envelope())
+        dispatch(subscriber="packages", body=cancelled.envelope())
+
+    assert choreography.published_types(delivery_id).count("drone.released") == 1
+    assert choreography.published_types(delivery_id).count("package.cancelled") == 1
+    assert InboxMessage.objects.get(subscriber="drones", message_id=cancelled.message_id).duplicates == 2
