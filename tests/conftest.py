@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import connection
 
 from delivery_project.broker import describe
+from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
 
 RUNNING_IN_CI = os.environ.get("CI") == "true"
@@ -87,3 +88,29 @@ def worker(broker, transactional_db):
     worker.start()
     yield worker
     worker.stop(timeout=10_000)
+
+
+@pytest.fixture
+def start_relay(worker, broker):
+    """Start a relay beside the running worker, as in production; stopped after the test."""
+    stop, threads = threading.Event(), []
+
+    def relay():
+        try:
+            Relay(broker=broker).run(stop=stop)
+        finally:
+            connection.close()
+
+    def start():
+        threads.append(threading.Thread(target=relay, daemon=True))
+        threads[-1].start()
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.fixture
+def system(start_relay):
+    start_relay()

@@ -11,9 +11,13 @@ from delivery_project.settings import DATABASES, INSTALLED_APPS, VAR_DIR  # noqa
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
 
+RUN_ID = os.environ["OUTBOX_QUEUE_PREFIX"].strip("-").replace("-", "_")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not pytest-django's in-memory default, so worker threads and subprocesses see it.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"{RUN_ID}.sqlite3")}
+else:
+    # A throwaway database of this run's own: two runs on one server never meet.
+    DATABASES["default"]["TEST"] = {"NAME": f"{DATABASES['default']['NAME']}_{RUN_ID}"}
 
 OUTBOX_MAX_RETRIES = 3
 OUTBOX_MIN_BACKOFF_MS = 20

@@ -5,16 +5,13 @@ With UPDATE_SCREENSHOTS=1 the pages are saved to docs/screenshots/ for docs/oper
 
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 
 from outbox.models import DeadLetter
-from outbox.relay import Relay
 from tests.conftest import wait_until
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
@@ -58,25 +55,8 @@ def screenshots(tmp_path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def relay(broker, worker):
-    stop = threading.Event()
-
-    def run():
-        try:
-            Relay(broker=broker).run(stop=stop)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join(10)
-
-
 def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
-    live_server, browser, relay, screenshots
+    live_server, browser, system, screenshots
 ):
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     Outage.objects.create(subscriber="probe_b")

@@ -21,32 +21,6 @@ from tests.deliveries.conftest import BASE, Customer, delivery_request
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def start_relay(worker, broker):
-    """Start a relay beside the running worker, as in production; stopped after the test."""
-    stop, threads = threading.Event(), []
-
-    def relay():
-        try:
-            Relay(broker=broker).run(stop=stop)
-        finally:
-            connection.close()
-
-    def start():
-        threads.append(threading.Thread(target=relay, daemon=True))
-        threads[-1].start()
-
-    yield start
-    stop.set()
-    for thread in threads:
-        thread.join(10)
-
-
-@pytest.fixture
-def system(start_relay):
-    start_relay()
-
-
 def all_terminal(count: int) -> bool:
     return Delivery.objects.filter(status__in=Delivery.TERMINAL).count() == count
 
