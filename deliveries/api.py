@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
-from deliveries import selectors, services
+from deliveries import rescheduling, selectors, services
 from deliveries.models import Customer, Delivery
 from deliveries.schemas import (
     DeliveryAccepted,
@@ -225,7 +225,7 @@ def get_timeline(request, delivery_id: UUID):
 def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleIn):
     _own(request, delivery_id)
     try:
-        delivery = services.reschedule_delivery(
+        delivery = rescheduling.reschedule_delivery(
             delivery_id=delivery_id,
             customer=request.auth,
             pickup_time=payload.pickup_time,
@@ -235,7 +235,7 @@ def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleI
         )
     except services.TooLate as error:
         return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
-    except services.InvalidReschedule as error:
+    except rescheduling.InvalidReschedule as error:
         return Status(422, {"detail": str(error), "errors": [{"field": error.field, "message": str(error)}]})
     return Status(202, _delivery(delivery))
 

@@ -18,7 +18,6 @@ from deliveries.events import (
     DeliveryFailed,
     DeliveryJoinTimedOut,
     DeliveryRequested,
-    DeliveryRescheduled,
     Location,
     PackageInfo,
 )
@@ -52,7 +51,7 @@ class DeliveryRequest:
     package_tag: str
 
 
-def _announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
+def announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
     """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
     publish(event, stream=f"delivery:{delivery.id}", correlation_id=delivery.id, available_at=at)
 
@@ -91,7 +90,7 @@ def request_delivery(
             )
             delivery.first_answer = answer(delivery)
             delivery.save(update_fields=["first_answer"])
-            _announce(
+            announce(
                 delivery,
                 DeliveryRequested(
                     delivery_id=delivery.id,
@@ -110,7 +109,7 @@ def request_delivery(
                     ),
                 ),
             )
-            _set_timers(delivery)
+            set_timers(delivery)
             return delivery, True
     except IntegrityError:
         if not idempotency_key:
@@ -119,17 +118,17 @@ def request_delivery(
         return Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), False
 
 
-def _set_timers(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> None:
+def set_timers(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> None:
     """Schedule the join timeout and the deadline as delayed events to this context itself."""
     if join:
         timeout = timedelta(seconds=settings.DELIVERY_JOIN_TIMEOUT_SECONDS)
-        _announce(
+        announce(
             delivery,
             DeliveryJoinTimedOut(delivery_id=delivery.id, round=delivery.schedule_round),
             at=timezone.now() + timeout,
         )
     if deadline and delivery.deadline:
-        _announce(
+        announce(
             delivery, DeliveryDeadlinePassed(delivery_id=delivery.id, deadline=delivery.deadline), at=delivery.deadline
         )
 
@@ -142,7 +141,7 @@ def _dispatch_when_ready(delivery: Delivery) -> None:
     """The join: both halves in, in either order, exactly once."""
     if delivery.status in (Status.REQUESTED, Status.SCHEDULED) and delivery.package_ready and delivery.drone_id:
         delivery.status = Status.IN_TRANSIT
-        _announce(
+        announce(
             delivery,
             DeliveryDispatched(delivery_id=delivery.id, drone_id=delivery.drone_id, package_id=delivery.package_id),
         )
@@ -152,7 +151,7 @@ def _fail(delivery: Delivery, reason: str) -> None:
     if delivery.is_terminal:
         return
     delivery.status, delivery.status_reason = Status.FAILED, reason
-    _announce(delivery, DeliveryFailed(delivery_id=delivery.id, reason=reason))
+    announce(delivery, DeliveryFailed(delivery_id=delivery.id, reason=reason))
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
@@ -211,58 +210,6 @@ def _fail_if_not_dispatched(delivery_id: UUID, reason: str, *, still: Callable[[
         return delivery
 
 
-class InvalidReschedule(ValueError):
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
-def reschedule_delivery(
-    *,
-    delivery_id: UUID,
-    customer: Customer,
-    pickup_time: datetime | None = None,
-    deadline: datetime | None = None,
-    pickup: dict | None = None,
-    dropoff: dict | None = None,
-) -> Delivery:
-    """Change times or places before dispatch; new places send the drone scheduler round again."""
-    with transaction.atomic():
-        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
-        if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
-            raise TooLate(delivery.status, "rescheduled")
-        new_pickup_time, new_deadline = pickup_time or delivery.pickup_time, deadline or delivery.deadline
-        if new_deadline is not None and new_deadline < new_pickup_time:
-            raise InvalidReschedule("deadline", "deadline must not be before pickupTime")
-        moved = (pickup is not None and pickup != delivery.pickup_location) or (
-            dropoff is not None and dropoff != delivery.dropoff_location
-        )
-        deadline_moved = new_deadline != delivery.deadline
-        delivery.pickup_time, delivery.deadline = new_pickup_time, new_deadline
-        delivery.pickup_location = pickup if pickup is not None else delivery.pickup_location
-        delivery.dropoff_location = dropoff if dropoff is not None else delivery.dropoff_location
-        if moved:
-            delivery.schedule_round += 1
-            delivery.status, delivery.drone_id, delivery.eta = Status.REQUESTED, None, None
-        _announce(
-            delivery,
-            DeliveryRescheduled(
-                delivery_id=delivery.id,
-                round=delivery.schedule_round,
-                pickup=Location(**delivery.pickup_location),
-                dropoff=Location(**delivery.dropoff_location),
-                pickup_time=delivery.pickup_time,
-                deadline=delivery.deadline,
-                weight_kg=delivery.package_weight_kg,
-                priority="high" if delivery.expedited else "normal",
-                locations_changed=moved,
-            ),
-        )
-        _set_timers(delivery, join=moved, deadline=deadline_moved)
-        delivery.save()
-        return delivery
-
-
 def record_position(*, delivery_id: UUID, location: dict) -> Delivery | None:
     """Apply a position report (its handler is ordered: a stale report never gets here)."""
     with transaction.atomic():
@@ -281,7 +228,7 @@ def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
             return delivery
         delivery.status = Status.DELIVERED
         delivery.last_known_location = location
-        _announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
+        announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
         delivery.save()
         return delivery
 
@@ -307,7 +254,7 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str
         if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
             raise TooLate(delivery.status, "cancelled")
         delivery.status, delivery.status_reason = Status.CANCELLED, reason
-        _announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason=reason))
+        announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason=reason))
         delivery.save()
         return delivery
 

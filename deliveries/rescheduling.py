@@ -1,0 +1,62 @@
+"""Rescheduling before dispatch: new times, or new places that start another scheduling round."""
+
+from datetime import datetime
+from uuid import UUID
+
+from django.db import transaction
+
+from deliveries.events import DeliveryRescheduled, Location
+from deliveries.models import Customer, Delivery
+from deliveries.services import Status, TooLate, announce, set_timers
+
+
+class InvalidReschedule(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def reschedule_delivery(
+    *,
+    delivery_id: UUID,
+    customer: Customer,
+    pickup_time: datetime | None = None,
+    deadline: datetime | None = None,
+    pickup: dict | None = None,
+    dropoff: dict | None = None,
+) -> Delivery:
+    """Change times or places before dispatch; new places send the drone scheduler round again."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
+        if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
+            raise TooLate(delivery.status, "rescheduled")
+        new_pickup_time, new_deadline = pickup_time or delivery.pickup_time, deadline or delivery.deadline
+        if new_deadline is not None and new_deadline < new_pickup_time:
+            raise InvalidReschedule("deadline", "deadline must not be before pickupTime")
+        moved = (pickup is not None and pickup != delivery.pickup_location) or (
+            dropoff is not None and dropoff != delivery.dropoff_location
+        )
+        deadline_moved = new_deadline != delivery.deadline
+        delivery.pickup_time, delivery.deadline = new_pickup_time, new_deadline
+        delivery.pickup_location = pickup if pickup is not None else delivery.pickup_location
+        delivery.dropoff_location = dropoff if dropoff is not None else delivery.dropoff_location
+        if moved:
+            delivery.schedule_round += 1
+            delivery.status, delivery.drone_id, delivery.eta = Status.REQUESTED, None, None
+        announce(
+            delivery,
+            DeliveryRescheduled(
+                delivery_id=delivery.id,
+                round=delivery.schedule_round,
+                pickup=Location(**delivery.pickup_location),
+                dropoff=Location(**delivery.dropoff_location),
+                pickup_time=delivery.pickup_time,
+                deadline=delivery.deadline,
+                weight_kg=delivery.package_weight_kg,
+                priority="high" if delivery.expedited else "normal",
+                locations_changed=moved,
+            ),
+        )
+        set_timers(delivery, join=moved, deadline=deadline_moved)
+        delivery.save()
+        return delivery
