@@ -47,9 +47,14 @@ class DeliveryRequested(DeliveryRequestedV1):
     priority: Literal["normal", "high"]
 
 
+def priority_of(*, expedited: bool) -> Literal["normal", "high"]:
+    """The one rule behind `priority`, for new events and for upcast v1 ones alike."""
+    return "high" if expedited else "normal"
+
+
 @upcaster("delivery.requested", from_version=1)
 def _priority_from_expedited(payload: dict) -> dict:
-    return {**payload, "priority": "high" if payload.get("expedited") else "normal"}
+    return {**payload, "priority": priority_of(expedited=bool(payload.get("expedited")))}
 
 
 class DeliveryDispatched(Event):

@@ -5,7 +5,7 @@ from uuid import UUID
 
 from django.db import transaction
 
-from deliveries.events import DeliveryRescheduled, Location
+from deliveries.events import DeliveryRescheduled, Location, priority_of
 from deliveries.models import Customer, Delivery
 from deliveries.services import Status, TooLate, announce, set_timers
 
@@ -53,7 +53,7 @@ def reschedule_delivery(
                 pickup_time=delivery.pickup_time,
                 deadline=delivery.deadline,
                 weight_kg=delivery.package_weight_kg,
-                priority="high" if delivery.expedited else "normal",
+                priority=priority_of(expedited=delivery.expedited),
                 locations_changed=moved,
             ),
         )

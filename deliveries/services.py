@@ -20,6 +20,7 @@ from deliveries.events import (
     DeliveryRequested,
     Location,
     PackageInfo,
+    priority_of,
 )
 from deliveries.models import Customer, Delivery
 from outbox.publishing import publish
@@ -99,7 +100,7 @@ def request_delivery(
                     pickup_time=request.pickup_time,
                     deadline=request.deadline,
                     expedited=request.expedited,
-                    priority="high" if request.expedited else "normal",
+                    priority=priority_of(expedited=request.expedited),
                     confirmation_required=request.confirmation_required,
                     package=PackageInfo(
                         package_id=request.package_id,
