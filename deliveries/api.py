@@ -137,6 +137,9 @@ def _delivery(delivery: Delivery) -> dict:
         "status_reason": delivery.status_reason or None,
         "drone_id": delivery.drone_id,
         "last_known_location": _location(delivery.last_known_location),
+        "pickup_eta": delivery.pickup_eta,
+        "waiting_since": delivery.waiting_since,
+        "drone_scheduled_at": delivery.drone_scheduled_at,
         "created_at": delivery.created_at,
         "updated_at": delivery.updated_at,
     }
@@ -147,6 +150,7 @@ def _status(delivery: Delivery) -> dict:
         "status": delivery.status,
         "status_reason": delivery.status_reason or None,
         "last_known_location": _location(delivery.last_known_location),
+        "pickup_eta": delivery.pickup_eta,
         "delivery_eta": delivery.eta,
     }
 

@@ -97,6 +97,16 @@ class DeliveryJoinTimedOut(Event):
     round: int = 1
 
 
+class DeliveryWaitTimedOut(Event):
+    """A timer the context sets for itself when a delivery without a deadline starts waiting for a drone:
+    fires DELIVERY_MAX_WAIT_SECONDS after its pickup time."""
+
+    type = "delivery.wait_timed_out"
+    version = 1
+    delivery_id: UUID
+    round: int
+
+
 class DeliveryDeadlinePassed(Event):
     """A timer the context sets for itself: fires at the customer's deadline."""
 
@@ -107,7 +117,8 @@ class DeliveryDeadlinePassed(Event):
 
 
 class DeliveryRescheduled(Event):
-    """The customer changed times or places before dispatch; new places start scheduling round `round`."""
+    """The customer changed times or places before dispatch; new places or a new pickup time start
+    scheduling round `round` (a new deadline alone keeps the round)."""
 
     type = "delivery.rescheduled"
     version = 1

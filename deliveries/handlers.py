@@ -28,7 +28,15 @@ class DroneScheduled(Reader):
     delivery_id: UUID
     drone_id: UUID
     eta: datetime
+    pickup_eta: datetime | None = None
     round: int = 1
+
+
+class WaitListed(Reader):
+    delivery_id: UUID
+    round: int
+    reason: str
+    expected_pickup_at: datetime | None = None
 
 
 class Position(Reader):
@@ -47,10 +55,27 @@ def on_package_ready(message: Received[AboutDelivery]) -> None:
     services.record_package_ready(delivery_id=message.payload.delivery_id)
 
 
-@subscribe("deliveries", "drone.scheduled", reader=DroneScheduled)
+# The scheduler's answers about one delivery share its assignment stream and are applied in order:
+# a drone scheduled after the delivery waited in line is never undone by the older "waiting" news.
+@subscribe("deliveries", "drone.scheduled", reader=DroneScheduled, ordered=True)
 def on_drone_scheduled(message: Received[DroneScheduled]) -> None:
     p = message.payload
-    services.record_drone_scheduled(delivery_id=p.delivery_id, drone_id=p.drone_id, eta=p.eta, round=p.round)
+    services.record_drone_scheduled(
+        delivery_id=p.delivery_id,
+        drone_id=p.drone_id,
+        eta=p.eta,
+        pickup_eta=p.pickup_eta,
+        round=p.round,
+        at=message.envelope.occurred_at,
+    )
+
+
+@subscribe("deliveries", "drone.wait_listed", reader=WaitListed, ordered=True)
+def on_drone_wait_listed(message: Received[WaitListed]) -> None:
+    p = message.payload
+    services.record_waiting(
+        delivery_id=p.delivery_id, round=p.round, reason=p.reason, expected_pickup_at=p.expected_pickup_at
+    )
 
 
 @subscribe("deliveries", "package.rejected", reader=Refusal)
@@ -58,7 +83,7 @@ def on_package_rejected(message: Received[Refusal]) -> None:
     services.record_failure(delivery_id=message.payload.delivery_id, reason=message.payload.reason)
 
 
-@subscribe("deliveries", "drone.unavailable", reader=Refusal)
+@subscribe("deliveries", "drone.unavailable", reader=Refusal, ordered=True)
 def on_drone_unavailable(message: Received[Refusal]) -> None:
     p = message.payload
     services.record_failure(delivery_id=p.delivery_id, reason=p.reason, round=p.round or 1)
@@ -87,6 +112,11 @@ def on_package_cancelled(message: Received[AboutDelivery]) -> None:
 @subscribe("deliveries", "delivery.join_timed_out", reader=Timer)
 def on_join_timed_out(message: Received[Timer]) -> None:
     services.expire_join(delivery_id=message.payload.delivery_id, round=message.payload.round)
+
+
+@subscribe("deliveries", "delivery.wait_timed_out", reader=Timer)
+def on_wait_timed_out(message: Received[Timer]) -> None:
+    services.expire_wait(delivery_id=message.payload.delivery_id, round=message.payload.round)
 
 
 @subscribe("deliveries", "delivery.deadline_passed", reader=Timer)

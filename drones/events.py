@@ -13,10 +13,35 @@ class DroneScheduled(Event):
     drone_id: UUID
     eta: datetime
     round: int = 1  # which scheduling of the delivery this answers (a reschedule starts the next)
+    pickup_eta: datetime | None = None  # when the drone will be at the pickup point
+
+
+class DroneWaitListed(Event):
+    """The delivery waits in the scheduler's line: no drone that can fly it is free (`fleet_busy`), or its
+    pickup is later and a drone will be reserved in time for it (`pickup_planned`).
+
+    `expected_pickup_at` is an estimate of when a drone will be at the pickup, None when none can be given.
+    """
+
+    type = "drone.wait_listed"
+    version = 1
+    delivery_id: UUID
+    round: int
+    reason: str
+    expected_pickup_at: datetime | None = None
+
+
+class DroneReservationDue(Event):
+    """A timer the scheduler sets for itself: time to reserve a drone for a later pickup."""
+
+    type = "drone.reservation_due"
+    version = 1
+    delivery_id: UUID
+    round: int
 
 
 class DroneUnavailable(Event):
-    """`reason`: no_drone_available, payload_exceeds_fleet or out_of_range."""
+    """No drone of the fleet could ever fly it: `reason` is payload_exceeds_fleet or out_of_range."""
 
     type = "drone.unavailable"
     version = 1
@@ -66,3 +91,15 @@ class DroneReturnedToService(Event):
     type = "drone.returned_to_service"
     version = 1
     drone_id: UUID
+
+
+class DroneReturnedToBase(Event):
+    """Published when a drone with nothing to do sets off home, for the moment it lands there.
+
+    `mission` is its mission count then: if it has taken another delivery since, the return never happened.
+    """
+
+    type = "drone.returned_to_base"
+    version = 1
+    drone_id: UUID
+    mission: int

@@ -1,5 +1,6 @@
 """What the drone scheduler listens to; each handler hands over to one service."""
 
+from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
@@ -25,6 +26,8 @@ class DeliveryRequested(Reader):
     dropoff: Location
     package: PackageInfo
     priority: Literal["normal", "high"]
+    pickup_time: datetime | None = None
+    deadline: datetime | None = None
 
 
 class DeliveryEvent(Reader):
@@ -45,6 +48,8 @@ def on_delivery_requested(message: Received[DeliveryRequested]) -> None:
         dropoff=_point(p.dropoff),
         weight_kg=p.package.weight_kg,
         priority=p.priority,
+        pickup_time=p.pickup_time,
+        deadline=p.deadline,
     )
 
 
@@ -75,18 +80,40 @@ class DeliveryRescheduled(Reader):
     dropoff: Location
     weight_kg: float
     priority: Literal["normal", "high"] = "normal"
-    locations_changed: bool
+    pickup_time: datetime | None = None
+    deadline: datetime | None = None
 
 
 @subscribe("drones", "delivery.rescheduled", reader=DeliveryRescheduled)
 def on_delivery_rescheduled(message: Received[DeliveryRescheduled]) -> None:
     p = message.payload
-    if p.locations_changed:
-        services.reschedule_drone(
-            delivery_id=p.delivery_id,
-            round=p.round,
-            pickup=_point(p.pickup),
-            dropoff=_point(p.dropoff),
-            weight_kg=p.weight_kg,
-            priority=p.priority,
-        )
+    services.reschedule_drone(
+        delivery_id=p.delivery_id,
+        round=p.round,
+        pickup=_point(p.pickup),
+        dropoff=_point(p.dropoff),
+        weight_kg=p.weight_kg,
+        priority=p.priority,
+        pickup_time=p.pickup_time,
+        deadline=p.deadline,
+    )
+
+
+class ReservationDue(Reader):
+    delivery_id: UUID
+    round: int
+
+
+@subscribe("drones", "drone.reservation_due", reader=ReservationDue)
+def on_reservation_due(message: Received[ReservationDue]) -> None:
+    services.reserve_planned(delivery_id=message.payload.delivery_id, round=message.payload.round)
+
+
+class ReturnedToBase(Reader):
+    drone_id: UUID
+    mission: int
+
+
+@subscribe("drones", "drone.returned_to_base", reader=ReturnedToBase)
+def on_returned_to_base(message: Received[ReturnedToBase]) -> None:
+    services.park_at_base(drone_id=message.payload.drone_id, mission=message.payload.mission)

@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models import Q
 
 
 class Drone(models.Model):
@@ -15,21 +16,32 @@ class Drone(models.Model):
     speed_kmh = models.FloatField()
     home_latitude = models.FloatField()
     home_longitude = models.FloatField()
+    # Where it is now: home at first, then where its last delivery landed, until it flies back.
+    latitude = models.FloatField()
+    longitude = models.FloatField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.AVAILABLE, db_index=True)
     delivery_id = models.UUIDField(null=True, blank=True, help_text="The delivery it is reserved for or flying.")
+    missions = models.PositiveIntegerField(default=0, help_text="Deliveries it was reserved for, all told.")
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            # Free drones near a pickup: status, then a latitude band, longitude read from the index.
+            models.Index(fields=["status", "latitude", "longitude"], name="drone_free_near_idx"),
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.status})"
 
 
 class Assignment(models.Model):
-    """What the scheduler decided for one delivery; a tombstone once the delivery ended."""
+    """What the scheduler decided for one delivery, from the waiting list to the tombstone once it ended."""
 
     class Status(models.TextChoices):
+        PLANNED = "planned", "planned (pickup later)"
+        WAITING = "waiting", "waiting for a drone"
         RESERVED = "reserved"
         FLYING = "flying"
-        ARRIVED = "arrived"
         RELEASED = "released"
         REFUSED = "refused"
 
@@ -43,9 +55,39 @@ class Assignment(models.Model):
     pickup_longitude = models.FloatField(null=True)
     dropoff_latitude = models.FloatField(null=True)
     dropoff_longitude = models.FloatField(null=True)
+    trip_km = models.FloatField(null=True, help_text="Pickup to drop-off.")
+    weight_kg = models.FloatField(null=True)
+    pickup_time = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    # The waiting list: the line is ordered by rank_at, then by how long each has waited.
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    rank_at = models.DateTimeField(null=True, blank=True, help_text="Place in line (see drones.services.rank).")
+    reserve_at = models.DateTimeField(null=True, blank=True, help_text="When a drone is reserved for a later pickup.")
+    replans = models.PositiveSmallIntegerField(default=0)
+    expected_pickup_at = models.DateTimeField(null=True, blank=True, help_text="Estimate given while it waits.")
+    dispatched = models.BooleanField(default=False, help_text="Dispatched while it had no drone (one was grounded).")
+    takeoff_at = models.DateTimeField(null=True, blank=True)
     eta = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["rank_at", "waiting_since", "delivery_id"],
+                condition=Q(status="waiting"),
+                name="assignment_waiting_line_idx",
+            ),
+        ]
+
     def __str__(self):
         return f"{self.delivery_id}: {self.status}"
+
+
+class WaitingDelivery(Assignment):
+    """The waiting list as operators see it: deliveries planned for later or waiting for a drone."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "waiting delivery"
+        verbose_name_plural = "waiting list"

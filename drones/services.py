@@ -2,169 +2,165 @@
 
 import math
 import uuid
-from datetime import timedelta
+from datetime import datetime
 from uuid import UUID
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from drones.events import (
-    DroneArrived,
-    DroneGrounded,
-    DronePositionReported,
-    DroneReleased,
-    DroneReturnedToService,
-    DroneScheduled,
-    DroneUnavailable,
-)
-from drones.geography import Point, distance_km, route_km, waypoints
+from drones import scheduling
+from drones.events import DroneGrounded, DroneReturnedToService
+from drones.flights import take_off
+from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
 from outbox.publishing import publish
 
 FLEET_NAMESPACE = uuid.UUID("6f1c9f5e-4a35-4c1e-9a53-0d2a3c1b8e77")
+BEFORE_TAKEOFF = (Assignment.Status.PLANNED, Assignment.Status.WAITING, Assignment.Status.RESERVED)
 
 
-def _home(drone: Drone) -> Point:
-    return Point(drone.home_latitude, drone.home_longitude)
+def _locked(delivery_id: UUID) -> Assignment | None:
+    return Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
 
 
-def _flight_seconds(km: float, drone: Drone) -> float:
-    return km / drone.speed_kmh * 3600 / settings.DRONE_SIMULATION_SPEEDUP
-
-
-def schedule_drone(
-    *, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float, priority: str = "normal"
+def _new_assignment(
+    *,
+    delivery_id: UUID,
+    round: int,
+    pickup: Point,
+    dropoff: Point,
+    weight_kg: float,
+    priority: str,
+    pickup_time: datetime | None,
+    deadline: datetime | None,
 ) -> Assignment:
-    """Reserve the nearest available drone that can carry the weight there and back, or say why none can."""
-    with transaction.atomic():
-        existing = Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
-        if existing is not None:  # handled before, rescheduled first, or the delivery already ended (tombstone)
-            return existing
-        return _schedule(
-            delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg, priority=priority, round=1
-        )
-
-
-def reschedule_drone(
-    *, delivery_id: UUID, round: int, pickup: Point, dropoff: Point, weight_kg: float, priority: str = "normal"
-) -> Assignment | None:
-    """The customer moved pickup or drop-off before dispatch: release the drone, then schedule again."""
-    with transaction.atomic():
-        existing = Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
-        if existing is not None:
-            if existing.round >= round or existing.status not in (
-                Assignment.Status.RESERVED,
-                Assignment.Status.REFUSED,
-            ):
-                return existing  # seen already, or the delivery ended or took off meanwhile
-            if existing.status == Assignment.Status.RESERVED:
-                _free_drone(existing, reason="rescheduled")
-            existing.delete()
-        return _schedule(
-            delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg, priority=priority, round=round
-        )
-
-
-def _schedule(
-    *, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float, priority: str, round: int
-) -> Assignment:
-    drone, reason = _reserve_nearest(delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=weight_kg)
-    assignment = Assignment(
+    return Assignment(
         delivery_id=delivery_id,
-        drone=drone,
-        priority=priority,
         round=round,
+        priority=priority,
         pickup_latitude=pickup.latitude,
         pickup_longitude=pickup.longitude,
         dropoff_latitude=dropoff.latitude,
         dropoff_longitude=dropoff.longitude,
+        trip_km=distance_km(pickup, dropoff),
+        weight_kg=weight_kg,
+        pickup_time=pickup_time,
+        deadline=deadline,
     )
-    if drone is None:
-        assignment.status, assignment.reason = Assignment.Status.REFUSED, reason
-        assignment.save()
-        publish(
-            DroneUnavailable(delivery_id=delivery_id, reason=reason, round=round), stream=f"assignment:{delivery_id}"
+
+
+def schedule_drone(
+    *,
+    delivery_id: UUID,
+    pickup: Point,
+    dropoff: Point,
+    weight_kg: float,
+    priority: str = "normal",
+    pickup_time: datetime | None = None,
+    deadline: datetime | None = None,
+) -> Assignment:
+    """Reserve the nearest free drone that can fly it, plan a later pickup, put it in line, or say why never."""
+    with transaction.atomic():
+        existing = _locked(delivery_id)
+        if existing is not None:  # handled before, rescheduled first, or the delivery already ended (tombstone)
+            return existing
+        assignment = _new_assignment(
+            delivery_id=delivery_id,
+            round=1,
+            pickup=pickup,
+            dropoff=dropoff,
+            weight_kg=weight_kg,
+            priority=priority,
+            pickup_time=pickup_time,
+            deadline=deadline,
         )
+        scheduling.plan(assignment)
         return assignment
-    flight = route_km(_home(drone), pickup, dropoff)
-    assignment.status = Assignment.Status.RESERVED
-    assignment.eta = timezone.now() + timedelta(seconds=_flight_seconds(flight, drone))
-    assignment.save()
-    publish(
-        DroneScheduled(delivery_id=delivery_id, drone_id=drone.id, eta=assignment.eta, round=round),
-        stream=f"drone:{drone.id}",
-    )
-    return assignment
 
 
-def _reserve_nearest(*, delivery_id: UUID, pickup: Point, dropoff: Point, weight_kg: float) -> tuple[Drone | None, str]:
-    capable = [d for d in Drone.objects.filter(max_payload_kg__gte=weight_kg)]
-    if not capable:
-        return None, "payload_exceeds_fleet"
-    in_range = [d for d in capable if route_km(_home(d), pickup, dropoff, _home(d)) <= d.range_km]
-    if not in_range:
-        return None, "out_of_range"
-    for drone in sorted(in_range, key=lambda d: (distance_km(_home(d), pickup), d.name)):
-        if drone.status != Drone.Status.AVAILABLE:
-            continue
-        # A conditional UPDATE locks the row and re-checks the status after any concurrent
-        # reservation commits: two deliveries can never both win one drone, and no lock is
-        # held on the drones we lose, so concurrent schedulers cannot deadlock.
-        won = Drone.objects.filter(pk=drone.pk, status=Drone.Status.AVAILABLE).update(
-            status=Drone.Status.RESERVED, delivery_id=delivery_id, updated_at=timezone.now()
+def reschedule_drone(
+    *,
+    delivery_id: UUID,
+    round: int,
+    pickup: Point,
+    dropoff: Point,
+    weight_kg: float,
+    priority: str = "normal",
+    pickup_time: datetime | None = None,
+    deadline: datetime | None = None,
+) -> Assignment | None:
+    """The customer changed the delivery before take-off.
+
+    New places or a new pickup time come as a new round: the drone (if any) is released and the
+    delivery planned again. A new deadline alone keeps the round and only moves its place in line.
+    """
+    with transaction.atomic():
+        existing = _locked(delivery_id)
+        if existing is not None and existing.round >= round:
+            if existing.round == round and existing.deadline != deadline:
+                _move_deadline(existing, deadline)
+            return existing  # seen already
+        if existing is not None and existing.status not in (*BEFORE_TAKEOFF, Assignment.Status.REFUSED):
+            return existing  # the delivery ended or took off meanwhile
+        freed = None
+        if existing is not None:
+            if existing.status == Assignment.Status.RESERVED:
+                freed = scheduling.free(existing, reason="rescheduled")
+            existing.delete()
+        assignment = _new_assignment(
+            delivery_id=delivery_id,
+            round=round,
+            pickup=pickup,
+            dropoff=dropoff,
+            weight_kg=weight_kg,
+            priority=priority,
+            pickup_time=pickup_time,
+            deadline=deadline,
         )
-        if won:
-            drone.refresh_from_db()
-            return drone, ""
-    return None, "no_drone_available"
+        scheduling.plan(assignment)
+        if freed is not None:
+            scheduling.find_work(Drone.objects.select_for_update().get(pk=freed.pk))
+        return assignment
+
+
+def _move_deadline(assignment: Assignment, deadline: datetime | None) -> None:
+    assignment.deadline = deadline
+    if assignment.status == Assignment.Status.WAITING and assignment.rank_at != scheduling.HEAD_OF_LINE:
+        since = assignment.waiting_since or timezone.now()
+        assignment.rank_at = scheduling.rank(since=since, deadline=deadline, priority=assignment.priority)
+    assignment.save()
+
+
+def reserve_planned(*, delivery_id: UUID, round: int) -> Assignment | None:
+    """The timer of a later pickup fired: reserve a drone in time for it, or put it in line."""
+    with transaction.atomic():
+        assignment = _locked(delivery_id)
+        if assignment is None or assignment.status != Assignment.Status.PLANNED or assignment.round != round:
+            return assignment  # cancelled, rescheduled or re-planned since
+        scheduling.reserve_planned(assignment)
+        return assignment
 
 
 def start_flight(*, delivery_id: UUID) -> Assignment | None:
-    """Take off: schedule the flight's position reports and arrival as delayed events."""
+    """The delivery is dispatched: take off (at the planned time for a later pickup)."""
     with transaction.atomic():
-        assignment = Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
-        if assignment is None or assignment.status != Assignment.Status.RESERVED:
-            return assignment
-        drone = Drone.objects.select_for_update().get(pk=assignment.drone_id)
-        pickup = Point(assignment.pickup_latitude, assignment.pickup_longitude)
-        dropoff = Point(assignment.dropoff_latitude, assignment.dropoff_longitude)
-        stops = [_home(drone), pickup, dropoff]
-        total = max(route_km(*stops), 1e-9)
-        seconds = _flight_seconds(total, drone)
-        # The flight has its own stream, so its reports are numbered 1..n without other drone news between.
-        now, stream = timezone.now(), f"flight:{delivery_id}"
-        for travelled, point in waypoints(stops, settings.DRONE_POSITION_REPORTS):
-            publish(
-                DronePositionReported(
-                    delivery_id=delivery_id,
-                    drone_id=drone.id,
-                    latitude=point.latitude,
-                    longitude=point.longitude,
-                    altitude=point.altitude,
-                ),
-                stream=stream,
-                available_at=now + timedelta(seconds=seconds * travelled / total),
-            )
-        publish(
-            DroneArrived(
-                delivery_id=delivery_id, drone_id=drone.id, latitude=dropoff.latitude, longitude=dropoff.longitude
-            ),
-            stream=stream,
-            available_at=now + timedelta(seconds=seconds),
-        )
-        drone.status = Drone.Status.IN_FLIGHT
-        drone.save(update_fields=["status", "updated_at"])
-        assignment.status = Assignment.Status.FLYING
-        assignment.save(update_fields=["status", "updated_at"])
+        assignment = _locked(delivery_id)
+        if assignment is None:
+            return None
+        if assignment.status in (Assignment.Status.PLANNED, Assignment.Status.WAITING):
+            # Its drone was grounded after the delivery had left: the next drone it gets flies at once.
+            assignment.dispatched = True
+            assignment.save(update_fields=["dispatched", "updated_at"])
+        elif assignment.status == Assignment.Status.RESERVED:
+            take_off(assignment, Drone.objects.select_for_update().get(pk=assignment.drone_id))
         return assignment
 
 
 def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
-    """Free the delivery's drone (end of flight or compensation); idempotent.
+    """The delivery ended (completed, failed, cancelled): free its drone, which takes the next in line.
 
-    A delivery that ended before it was scheduled leaves a released tombstone, so the late
-    `delivery.requested` cannot reserve a drone for it.
+    Idempotent. A delivery that ended before it was scheduled leaves a released tombstone, so the
+    late `delivery.requested` cannot reserve a drone for it; one still in line leaves the line.
     """
     with transaction.atomic():
         assignment, created = Assignment.objects.select_for_update().get_or_create(
@@ -172,23 +168,29 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
         )
         if created or assignment.status in (Assignment.Status.RELEASED, Assignment.Status.REFUSED):
             return assignment
-        _free_drone(assignment, reason=reason)
+        drone = None
+        if assignment.drone_id is not None and assignment.status in (
+            Assignment.Status.RESERVED,
+            Assignment.Status.FLYING,
+        ):
+            drone = scheduling.free(assignment, reason=reason)
         assignment.status, assignment.reason = Assignment.Status.RELEASED, reason
         assignment.save(update_fields=["status", "reason", "updated_at"])
+        if drone is not None:
+            scheduling.find_work(drone)
         return assignment
 
 
-def _free_drone(assignment: Assignment, *, reason: str) -> None:
-    """Give the assignment's drone back to the fleet and say so (`drone.released`)."""
-    drone = Drone.objects.select_for_update().get(pk=assignment.drone_id)
-    if drone.delivery_id == assignment.delivery_id:
-        drone.delivery_id = None
-        if drone.status != Drone.Status.MAINTENANCE:
-            drone.status = Drone.Status.AVAILABLE
-        drone.save(update_fields=["status", "delivery_id", "updated_at"])
-    publish(
-        DroneReleased(delivery_id=assignment.delivery_id, drone_id=drone.id, reason=reason), stream=f"drone:{drone.id}"
-    )
+def park_at_base(*, drone_id: UUID, mission: int) -> Drone | None:
+    """A drone with nothing to do has flown home; from there it may reach deliveries it could not before."""
+    with transaction.atomic():
+        drone = Drone.objects.select_for_update().filter(pk=drone_id).first()
+        if drone is None or drone.missions != mission or drone.status != Drone.Status.AVAILABLE:
+            return drone  # it took another delivery (or was grounded) before it got home
+        drone.latitude, drone.longitude = drone.home_latitude, drone.home_longitude
+        drone.save(update_fields=["latitude", "longitude", "updated_at"])
+        scheduling.find_work(drone)
+        return drone
 
 
 def seed_fleet(
@@ -201,51 +203,76 @@ def seed_fleet(
     range_km: float = 40.0,
     speed_kmh: float = 60.0,
 ) -> tuple[int, int]:
-    """Place `count` drones around a base, named drone-001...; running it again adds none twice."""
+    """Place `count` drones around a base, named drone-001...; running it again adds none twice.
+
+    A new drone joins the fleet free, so it takes the first delivery in line that it can fly.
+    """
     created = 0
     for i in range(count):
         name = f"drone-{i + 1:03d}"
         angle, ring = 2 * math.pi * i / max(count, 1), spread_km * (0.3 + 0.7 * ((i * 7) % 10) / 10)
         lat = latitude + (ring / 111.32) * math.sin(angle)
         lon = longitude + (ring / (111.32 * math.cos(math.radians(latitude)))) * math.cos(angle)
-        _, was_created = Drone.objects.get_or_create(
-            name=name,
-            defaults={
-                "id": uuid.uuid5(FLEET_NAMESPACE, name),
-                "max_payload_kg": max_payload_kg,
-                "range_km": range_km,
-                "speed_kmh": speed_kmh,
-                "home_latitude": lat,
-                "home_longitude": lon,
-            },
-        )
+        with transaction.atomic():
+            drone, was_created = Drone.objects.get_or_create(
+                name=name,
+                defaults={
+                    "id": uuid.uuid5(FLEET_NAMESPACE, name),
+                    "max_payload_kg": max_payload_kg,
+                    "range_km": range_km,
+                    "speed_kmh": speed_kmh,
+                    "home_latitude": lat,
+                    "home_longitude": lon,
+                    "latitude": lat,
+                    "longitude": lon,
+                },
+            )
+            if was_created:
+                scheduling.find_work(Drone.objects.select_for_update().get(pk=drone.pk))
         created += was_created
     return created, count - created
 
 
 class DroneBusy(Exception):
-    """Only an idle drone can be grounded; one that is reserved or flying finishes first."""
+    """A drone in flight finishes its delivery first."""
 
 
 def ground_drone(*, drone_id: UUID) -> Drone:
-    """Take an idle drone out of service for maintenance."""
+    """Take a drone out of service for maintenance.
+
+    An idle drone is simply grounded; a reserved one that has not taken off gives its delivery
+    back to the head of the line (or straight to another free drone); one in flight is refused.
+    """
     with transaction.atomic():
+        holding = Drone.objects.values_list("delivery_id", flat=True).get(pk=drone_id)
+        assignment = _locked(holding) if holding else None  # the assignment first: start_flight's lock order
         drone = Drone.objects.select_for_update().get(pk=drone_id)
         if drone.status == Drone.Status.MAINTENANCE:
             return drone
-        if drone.status != Drone.Status.AVAILABLE:
+        reserved = (
+            drone.status == Drone.Status.RESERVED
+            and assignment is not None
+            and assignment.drone_id == drone.id
+            and assignment.status == Assignment.Status.RESERVED
+        )
+        if drone.status != Drone.Status.AVAILABLE and not reserved:
             raise DroneBusy(f"{drone.name} is {drone.status} for delivery {drone.delivery_id}")
-        drone.status = Drone.Status.MAINTENANCE
-        drone.save(update_fields=["status", "updated_at"])
+        drone.status, drone.delivery_id = Drone.Status.MAINTENANCE, None
+        drone.save(update_fields=["status", "delivery_id", "updated_at"])
         publish(DroneGrounded(drone_id=drone.id), stream=f"drone:{drone.id}")
+        if reserved:
+            assignment.drone, assignment.takeoff_at, assignment.eta = None, None, None
+            scheduling.plan(assignment, head_of_line=True)
         return drone
 
 
 def return_drone_to_service(*, drone_id: UUID) -> Drone:
+    """Back from maintenance, free: it takes the first delivery in line it can fly."""
     with transaction.atomic():
         drone = Drone.objects.select_for_update().get(pk=drone_id)
         if drone.status == Drone.Status.MAINTENANCE:
             drone.status = Drone.Status.AVAILABLE
             drone.save(update_fields=["status", "updated_at"])
             publish(DroneReturnedToService(drone_id=drone.id), stream=f"drone:{drone.id}")
+            scheduling.find_work(drone)
         return drone

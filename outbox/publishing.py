@@ -32,8 +32,11 @@ def publish(
     """Append `event` to the outbox; it is relayed once the surrounding transaction commits.
 
     Inside a handler the new event inherits the handled message's correlation id, names it
-    as its cause and is one hop further from the origin. `available_at` delays relaying,
-    which is how timeouts are scheduled.
+    as its cause and is one hop further from the origin. A `correlation_id` given explicitly
+    wins: the handler is starting another story (a drone freed by one delivery takes the
+    next), which keeps the cause but counts its hops from 0 again, since a chain that crosses
+    into a new story is work, not a loop. `available_at` delays relaying, which is how
+    timeouts are scheduled.
     """
     if not transaction.get_connection(using).in_atomic_block:
         raise PublishOutsideTransaction(
@@ -41,14 +44,16 @@ def publish(
         )
     cause = _handling.get()
     now = timezone.now()
+    correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
+    same_story = cause is not None and cause.correlation_id == correlation_id
     return OutboxMessage.objects.using(using).create(
         type=event.type,
         version=event.version,
         source=event.source(),
         occurred_at=available_at or now,
-        correlation_id=cause.correlation_id if cause else (correlation_id or uuid4()),
+        correlation_id=correlation_id,
         causation_id=cause.message_id if cause else None,
-        hops=cause.hops + 1 if cause else 0,
+        hops=cause.hops + 1 if same_story else 0,
         stream=stream,
         sequence=_next_sequence(stream, using=using),
         payload=event.model_dump(mode="json"),

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Drone
+from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.deliveries.conftest import Customer
 from tests.outbox.conftest import envelope
@@ -155,3 +156,24 @@ def test_grounding_and_returning_a_drone_publish_events(admin_client):
         "drone.grounded",
         "drone.returned_to_service",
     ]
+
+
+def test_the_waiting_list_shows_who_waits_in_line_order_and_the_fleet_page_sums_the_fleet(admin_client):
+    from drones.services import seed_fleet
+
+    seed_fleet(count=1, latitude=47.6205, longitude=-122.3493)
+    alice = Customer("alice")
+    ids = [alice.request().json()["deliveryId"] for _ in range(3)]
+    for delivery in ids:
+        dispatch(
+            subscriber="drones",
+            body=OutboxMessage.objects.get(type="delivery.requested", correlation_id=delivery).envelope(),
+        )
+
+    page = admin_client.get("/admin/drones/waitingdelivery/")
+    assert page.status_code == 200
+    assert [str(a.delivery_id) for a in page.context["cl"].result_list] == ids[1:]  # the first has the drone
+    assert "waiting for a drone" in page.content.decode()
+    fleet = admin_client.get("/admin/drones/drone/").content.decode()
+    assert "Fleet: 0 available, 1 reserved, 0 in flight, 0 maintenance." in fleet
+    assert "Waiting list: 2 waiting for a drone, 0 planned for later." in fleet

@@ -49,7 +49,13 @@ def test_a_customer_lists_and_reads_their_own_deliveries(customer):
     one = customer.get(f"/deliveries/{ids[0]}").json()
     assert one["status"] == "requested" and one["droneId"] is None and one["createdAt"]
     status = customer.get(f"/deliveries/{ids[0]}/status").json()
-    assert status == {"status": "requested", "statusReason": None, "lastKnownLocation": None, "deliveryEta": None}
+    assert status == {
+        "status": "requested",
+        "statusReason": None,
+        "lastKnownLocation": None,
+        "pickupEta": None,
+        "deliveryEta": None,
+    }
 
 
 def test_the_list_is_paginated(customer):

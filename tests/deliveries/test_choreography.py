@@ -83,15 +83,6 @@ def test_no_drone_fails_the_delivery_and_cancels_its_package(customer, choreogra
     assert delivery.compensations == ["package_cancelled"]
 
 
-def test_every_drone_busy_is_reported_as_no_drone_available(customer, fleet, choreography):
-    Drone.objects.update(status="maintenance")
-    delivery_id = requested(customer)
-
-    choreography.settle(delivery_id)
-
-    assert Delivery.objects.get(id=delivery_id).status_reason == "no_drone_available"
-
-
 def test_cancel_before_dispatch_releases_the_drone_and_cancels_the_package(customer, fleet, choreography):
     delivery_id = requested(customer)
     choreography.deliver("delivery.requested", delivery_id)

@@ -3,6 +3,7 @@
 from uuid import UUID, uuid4
 
 from django.db import transaction
+from django.utils import timezone
 
 from deliveries.events import DeliveryRequestedV1, Location, PackageInfo
 from drones.models import Assignment
@@ -20,7 +21,7 @@ def a_v1_request(*, expedited: bool) -> OutboxMessage:
                 delivery_id=delivery_id,
                 pickup=Location(latitude=47.63, longitude=-122.35),
                 dropoff=Location(latitude=47.61, longitude=-122.34),
-                pickup_time="2026-12-01T10:00:00Z",
+                pickup_time=timezone.now(),
                 expedited=expedited,
                 package=PackageInfo(package_id=uuid4(), size="Small", weight_kg=1.0),
             ),

@@ -68,11 +68,34 @@ def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop
         payload={"n": 1},
     )
     with transaction.atomic(), handling(cause):
-        row = publish(ProbeEchoed(n=2), stream="echo:a", correlation_id=uuid.uuid4())
+        row = publish(ProbeEchoed(n=2), stream="echo:a")
+        same = publish(ProbeEchoed(n=3), stream="echo:a", correlation_id=cause.correlation_id)
 
     assert row.correlation_id == cause.correlation_id
     assert row.causation_id == cause.message_id
     assert row.hops == 3
+    assert (same.correlation_id, same.hops) == (cause.correlation_id, 3)
+
+
+@pytest.mark.django_db
+def test_a_handler_starting_another_story_keeps_the_cause_and_counts_hops_from_zero():
+    """A drone freed by one delivery takes the next: that is the next delivery's story, not a loop."""
+    cause = Envelope(
+        message_id=uuid.uuid4(),
+        type="probe.pinged",
+        version=1,
+        occurred_at="2026-01-01T00:00:00Z",
+        correlation_id=uuid.uuid4(),
+        stream="ping:1",
+        sequence=1,
+        hops=7,
+        payload={"n": 1},
+    )
+    other_story = uuid.uuid4()
+    with transaction.atomic(), handling(cause):
+        row = publish(ProbeEchoed(n=2), stream="echo:a", correlation_id=other_story)
+
+    assert (row.correlation_id, row.causation_id, row.hops) == (other_story, cause.message_id, 0)
 
 
 @pytest.mark.django_db

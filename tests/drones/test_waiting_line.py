@@ -1,0 +1,345 @@
+"""The waiting line, in a chosen message order (real dispatch, no broker hop): wait, don't refuse."""
+
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import pytest
+from django.utils import timezone
+
+from deliveries.models import Delivery
+from drones import services
+from drones.models import Assignment, Drone
+from drones.scheduling import HEAD_OF_LINE, rank
+from outbox.models import OutboxMessage
+from packages.models import Package
+from tests.deliveries.conftest import BASE, delivery_request
+
+
+def requested(customer, **overrides) -> UUID:
+    response = customer.request(delivery_request(**overrides))
+    assert response.status_code == 202, response.json()
+    return UUID(response.json()["deliveryId"])
+
+
+def scheduled(customer, choreography, **overrides) -> UUID:
+    """A delivery whose drone is reserved and whose package is ready, not yet dispatched."""
+    delivery_id = requested(customer, **overrides)
+    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+    return delivery_id
+
+
+def reserved_only(customer, choreography, **overrides) -> UUID:
+    """A delivery whose drone is reserved while its package has not answered yet."""
+    delivery_id = requested(customer, **overrides)
+    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    choreography.deliver("drone.scheduled", delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "scheduled"
+    return delivery_id
+
+
+def waiting(customer, choreography, **overrides) -> UUID:
+    delivery_id = requested(customer, **overrides)
+    choreography.settle(delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "waiting_for_drone"
+    return delivery_id
+
+
+def assignment(delivery_id) -> Assignment:
+    return Assignment.objects.get(delivery_id=delivery_id)
+
+
+def test_a_request_finding_every_capable_drone_busy_waits_and_is_told_when_a_drone_is_expected(
+    customer, one_drone, choreography
+):
+    first = requested(customer)
+    choreography.settle(first, hold=("drone.position_reported", "drone.arrived"))  # flying, its ETA known
+
+    second = requested(customer)
+    choreography.settle(second)
+
+    delivery = customer.get(f"/deliveries/{second}").json()
+    assert (delivery["status"], delivery["statusReason"], delivery["droneId"]) == (
+        "waiting_for_drone",
+        "fleet_busy",
+        None,
+    )
+    assert delivery["pickupEta"] is not None and delivery["waitingSince"] is not None
+    status = customer.get(f"/deliveries/{second}/status").json()
+    assert status["status"] == "waiting_for_drone" and status["pickupEta"] == delivery["pickupEta"]
+    assert "drone.wait_listed" in [e["type"] for e in customer.get(f"/deliveries/{second}/timeline").json()]
+    assert assignment(second).status == "waiting"
+
+
+def test_when_the_busy_drone_is_released_it_takes_the_waiting_delivery_which_is_then_delivered(
+    customer, one_drone, choreography
+):
+    first = scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+
+    choreography.settle(first)  # flies, lands, completes, releases the drone
+
+    assert Delivery.objects.get(id=first).status == "delivered"
+    assert assignment(second).status == "reserved"
+    choreography.settle(second)
+    delivery = Delivery.objects.get(id=second)
+    assert delivery.status == "delivered" and delivery.drone_scheduled_at > delivery.waiting_since
+    types = choreography.published_types(second)
+    assert types.index("drone.wait_listed") < types.index("drone.scheduled") < types.index("delivery.dispatched")
+
+
+def test_expedited_overtakes_normal_in_the_line(customer, one_drone, choreography):
+    first = scheduled(customer, choreography)
+    normal = waiting(customer, choreography)
+    expedited = waiting(customer, choreography, expedited=True)
+
+    choreography.settle(first)
+
+    assert (assignment(expedited).status, assignment(normal).status) == ("reserved", "waiting")
+    choreography.settle(expedited)
+    assert assignment(normal).status == "reserved"
+
+
+def test_the_nearest_deadline_goes_first_then_the_longest_waiting(customer, one_drone, choreography):
+    first = scheduled(customer, choreography)
+    soon = (timezone.now() + timedelta(minutes=5)).isoformat()
+    earlier, later_deadline, tight = (
+        waiting(customer, choreography),
+        waiting(customer, choreography),
+        waiting(customer, choreography, deadline=soon),
+    )
+    order = []
+    settled = first
+    for _ in range(3):
+        choreography.settle(settled)
+        settled = Assignment.objects.get(status__in=["reserved", "flying"]).delivery_id
+        order.append(settled)
+
+    assert order == [tight, earlier, later_deadline]
+
+
+def test_age_counts_a_long_wait_is_never_overtaken_forever(settings):
+    settings.DRONE_QUEUE_AGING_SECONDS, settings.DRONE_EXPEDITED_HEAD_START_SECONDS = 900, 1800
+    start = timezone.now()
+    normal = rank(since=start, deadline=None, priority="normal")
+
+    fresh_expedited = rank(since=start + timedelta(minutes=10), deadline=None, priority="high")
+    late_expedited = rank(since=start + timedelta(minutes=46), deadline=None, priority="high")
+    urgent_but_late = rank(since=start + timedelta(minutes=46), deadline=start + timedelta(minutes=47), priority="high")
+
+    assert fresh_expedited < normal  # expedited first...
+    assert normal < late_expedited and normal < urgent_but_late  # ...but not over one waiting 45 min already
+
+
+def test_a_pickup_twenty_minutes_ahead_is_planned_and_no_drone_is_held_for_it(customer, fleet, choreography, settings):
+    settings.DRONE_PICKUP_MARGIN_SECONDS = 60
+    pickup = timezone.now() + timedelta(minutes=20)
+    delivery_id = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
+
+    choreography.settle(delivery_id)
+
+    delivery = customer.get(f"/deliveries/{delivery_id}/status").json()
+    assert (delivery["status"], delivery["statusReason"]) == ("waiting_for_drone", "pickup_planned")
+    assert abs(datetime.fromisoformat(delivery["pickupEta"]) - pickup) < timedelta(milliseconds=1)
+    planned = assignment(delivery_id)
+    assert planned.status == "planned" and planned.drone_id is None
+    assert Drone.objects.filter(status="available").count() == 3
+    # Reserved in time for the nearest drone to fly to the pickup, with the margin: not earlier.
+    timer = OutboxMessage.objects.get(type="drone.reservation_due", correlation_id=delivery_id)
+    assert timer.available_at == planned.reserve_at
+    before = (pickup - planned.reserve_at).total_seconds()
+    assert 60 <= before < 61  # at test speed the drone's approach takes microseconds
+    assert "delivery.dispatched" not in choreography.published_types(delivery_id)
+
+
+def test_a_future_pickup_waits_for_its_time_then_flies_no_earlier(customer, fleet, choreography, settings):
+    from tests.conftest import wait_until
+
+    settings.DRONE_PICKUP_MARGIN_SECONDS = 0.5
+    pickup = timezone.now() + timedelta(seconds=2)
+    delivery_id = requested(customer, pickupTime=pickup.isoformat())
+    choreography.settle(delivery_id)
+    assert assignment(delivery_id).status == "planned"
+
+    wait_until(lambda: timezone.now() >= assignment(delivery_id).reserve_at, timeout=10, what="the planning time")
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+
+    reserved = assignment(delivery_id)
+    assert reserved.status == "flying" and reserved.takeoff_at >= pickup - timedelta(seconds=0.01)
+    first_report = choreography.pending(delivery_id, "drone.position_reported")[0]
+    assert first_report.available_at > reserved.takeoff_at
+    wait_until(lambda: timezone.now() >= reserved.eta, timeout=10, what="the arrival")
+    choreography.settle(delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+
+
+def test_cancelling_while_waiting_takes_the_delivery_out_of_the_line(customer, one_drone, choreography):
+    first = scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+
+    response = customer.cancel(second)
+    assert response.status_code == 202 and response.json()["status"] == "cancelled"
+    choreography.settle(second)
+    choreography.settle(first)
+
+    assert assignment(second).status == "released"
+    assert Drone.objects.get().delivery_id is None
+    assert Package.objects.get(delivery_id=second).status == "cancelled"
+
+
+def test_rescheduling_a_waiting_delivery_to_a_later_pickup_plans_it_anew(customer, one_drone, choreography):
+    first = scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+    later = timezone.now() + timedelta(hours=1)
+
+    response = customer.client.patch(
+        f"/api/deliveryrequests/{second}", {"pickupTime": later.isoformat()}, content_type="application/json"
+    )
+
+    assert response.status_code == 202
+    choreography.settle(second)
+    planned = assignment(second)
+    assert (planned.status, planned.round, planned.pickup_time) == ("planned", 2, later)
+    assert Delivery.objects.get(id=second).status_reason == "pickup_planned"
+    choreography.settle(first)
+    assert Drone.objects.get().delivery_id is None  # the free drone does not take a pickup an hour ahead
+
+
+def test_grounding_a_reserved_drone_puts_its_delivery_back_at_the_head_of_the_line(customer, one_drone, choreography):
+    first = reserved_only(customer, choreography)
+    second = waiting(customer, choreography, expedited=True)
+    drone = Drone.objects.get()
+
+    services.ground_drone(drone_id=drone.pk)
+
+    requeued = assignment(first)
+    assert (requeued.status, requeued.rank_at, requeued.drone_id) == ("waiting", HEAD_OF_LINE, None)
+    choreography.settle(first, hold=("delivery.dispatched",))
+    assert Delivery.objects.get(id=first).status == "waiting_for_drone"
+
+    services.return_drone_to_service(drone_id=drone.pk)
+
+    assert (assignment(first).status, assignment(second).status) == ("reserved", "waiting")
+    choreography.settle(first)
+    assert Delivery.objects.get(id=first).status == "delivered"
+
+
+def test_a_drone_grounded_after_the_dispatch_was_decided_flies_it_as_soon_as_one_is_free(
+    customer, one_drone, choreography
+):
+    delivery_id = scheduled(customer, choreography)  # in transit for deliveries, not yet heard by the drones
+    drone = Drone.objects.get()
+
+    services.ground_drone(drone_id=drone.pk)
+    choreography.settle(delivery_id)
+    assert (assignment(delivery_id).status, assignment(delivery_id).dispatched) == ("waiting", True)
+    assert Delivery.objects.get(id=delivery_id).status == "in_transit"
+
+    services.return_drone_to_service(drone_id=drone.pk)
+    assert assignment(delivery_id).status == "flying"
+    choreography.settle(delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+
+
+def test_a_new_drone_joining_the_fleet_takes_the_waiting_delivery(customer, one_drone, choreography):
+    scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+
+    services.seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+
+    assert assignment(second).drone.name == "drone-002"
+
+
+def test_a_waiting_delivery_whose_deadline_passes_fails_and_is_compensated(customer, one_drone, choreography):
+    scheduled(customer, choreography)
+    deadline = timezone.now() + timedelta(minutes=30)
+    second = waiting(customer, choreography, deadline=deadline.isoformat())
+
+    choreography.deliver("delivery.deadline_passed", second)
+    choreography.settle(second)
+
+    delivery = Delivery.objects.get(id=second)
+    assert (delivery.status, delivery.status_reason) == ("failed", "deadline_missed")
+    assert Package.objects.get(delivery_id=second).status == "cancelled"
+    assert assignment(second).status == "released"
+
+
+def test_a_delivery_without_deadline_waits_at_most_the_maximum_then_fails(customer, one_drone, choreography, settings):
+    settings.DELIVERY_MAX_WAIT_SECONDS = 3600
+    scheduled(customer, choreography)
+    second = waiting(customer, choreography, deadline=None)
+    timer = OutboxMessage.objects.get(type="delivery.wait_timed_out", correlation_id=second)
+    pickup = Delivery.objects.get(id=second).pickup_time
+    assert abs((timer.available_at - pickup).total_seconds() - 3600) < 5
+
+    choreography.deliver("delivery.wait_timed_out", second)
+    choreography.settle(second)
+
+    delivery = Delivery.objects.get(id=second)
+    assert (delivery.status, delivery.status_reason) == ("failed", "no_drone_available")
+    assert assignment(second).status == "released"
+
+
+def test_the_join_timeout_spares_a_delivery_that_is_waiting_with_its_package_ready(customer, one_drone, choreography):
+    scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+    assert Delivery.objects.get(id=second).package_ready
+
+    choreography.deliver("delivery.join_timed_out", second)
+
+    assert Delivery.objects.get(id=second).status == "waiting_for_drone"
+
+
+def test_the_join_timeout_fails_a_waiting_delivery_whose_package_never_answered(customer, one_drone, choreography):
+    scheduled(customer, choreography)
+    second = requested(customer)
+    choreography.deliver("delivery.requested", second, only="drones")
+    choreography.deliver("drone.wait_listed", second)
+
+    choreography.deliver("delivery.join_timed_out", second)
+
+    assert Delivery.objects.get(id=second).status_reason == "join_timeout"
+
+
+def test_after_a_drop_off_the_drone_is_where_it_landed_until_it_flies_home(customer, one_drone, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.returned_to_base",))
+
+    drone = Drone.objects.get()
+    dropoff = Delivery.objects.get(id=delivery_id).dropoff_location
+    assert (drone.latitude, drone.longitude) == (dropoff["latitude"], dropoff["longitude"])
+    assert (drone.latitude, drone.longitude) != (drone.home_latitude, drone.home_longitude)
+
+    choreography.settle(drone.pk)  # the drone's own story: its flight home
+    drone.refresh_from_db()
+    assert (drone.latitude, drone.longitude) == (drone.home_latitude, drone.home_longitude)
+
+
+def test_the_next_assignment_measures_from_where_the_drone_landed(customer, fleet, choreography):
+    far_dropoff = {"latitude": BASE[0] + 0.1, "longitude": BASE[1] + 0.1}
+    first = requested(customer, dropOffLocation=far_dropoff)
+    choreography.settle(first, hold=("drone.returned_to_base",))
+    landed = Drone.objects.get(latitude=far_dropoff["latitude"])
+
+    second = requested(customer, pickupLocation=far_dropoff)
+    choreography.settle(second, hold=("delivery.dispatched",))
+
+    assert assignment(second).drone_id == landed.pk  # the one already there, though not the nearest home
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"packageInfo": {"size": "Large", "weight": 50}}, "payload_exceeds_fleet"),
+        ({"dropOffLocation": {"latitude": BASE[0] + 1.0, "longitude": BASE[1]}}, "out_of_range"),
+    ],
+)
+def test_what_no_drone_could_ever_fly_fails_at_once_even_with_the_fleet_busy(
+    customer, one_drone, choreography, overrides, reason
+):
+    scheduled(customer, choreography)
+    delivery_id = requested(customer, **overrides)
+    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    choreography.deliver("drone.unavailable", delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", reason)
