@@ -17,6 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 TERMINAL = {"delivered", "failed", "cancelled"}
+STATUSES = ("requested", "waiting_for_drone", "scheduled", "in_transit", "delivered", "failed", "cancelled")
 
 
 class Api:
@@ -49,6 +50,7 @@ class Api:
 
 
 def random_request(rng: random.Random, *, latitude: float, longitude: float, radius_km: float) -> dict:
+    """A customer's request; its times are set when it is sent (`stamped`)."""
     def near() -> dict:
         return {
             "latitude": latitude + rng.uniform(-1, 1) * radius_km / 111.32,
@@ -61,8 +63,6 @@ def random_request(rng: random.Random, *, latitude: float, longitude: float, rad
     return {
         "pickupLocation": near(),
         "dropOffLocation": near(),
-        "pickupTime": timezone.now().isoformat(),
-        "deadline": (timezone.now() + timedelta(hours=2)).isoformat(),
         "expedited": rng.random() < 0.2,
         "confirmationRequired": "None",
         "packageInfo": {"packageId": str(uuid4()), "size": size, "weight": weight, "tag": "simulated"},
@@ -81,7 +81,7 @@ def submit(
             delay = started + i / rate - time.monotonic()
             if delay > 0:
                 threading.Event().wait(delay)
-        status, answer = api.call("POST", "/deliveryrequests", body)
+        status, answer = api.call("POST", "/deliveryrequests", stamped(body))
         if status != 202:
             raise RuntimeError(f"request {i} answered {status}: {answer}")
         with lock:
@@ -92,6 +92,12 @@ def submit(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(send, enumerate(requests)))
     return ids
+
+
+def stamped(body: dict) -> dict:
+    """Pickup now, deadline in two hours: set at sending, so a slow submission never sends a stale pickup time."""
+    now = timezone.now()
+    return {**body, "pickupTime": now.isoformat(), "deadline": (now + timedelta(hours=2)).isoformat()}
 
 
 def fetch_all(api: Api) -> list[dict]:
@@ -106,36 +112,78 @@ def fetch_all(api: Api) -> list[dict]:
         page += 1
 
 
-def wait_until_terminal(api: Api, *, count: int, timeout: float, progress: Callable[[int], None]) -> list[dict]:
+def wait_until_terminal(
+    api: Api,
+    *,
+    count: int,
+    timeout: float,
+    progress: Callable[[int], None],
+    history: list[tuple[float, Counter]] | None = None,
+    began: float | None = None,
+) -> list[dict]:
+    """Poll until `count` deliveries are terminal; each poll's counts per status go to `history`."""
     deadline = time.monotonic() + timeout
     while True:
         deliveries = fetch_all(api)
         finished = sum(d["status"] in TERMINAL for d in deliveries)
+        if history is not None:
+            history.append((time.monotonic() - (began or 0), Counter(d["status"] for d in deliveries)))
         progress(finished)
         if finished >= count or time.monotonic() > deadline:
             return deliveries
         threading.Event().wait(0.5)
 
 
+def _seconds_between(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def _percentiles(label: str, seconds: list[float]) -> str:
+    seconds = sorted(seconds)
+    p95 = seconds[min(len(seconds) - 1, round(0.95 * (len(seconds) - 1)))]
+    return f"{label}: p50 {statistics.median(seconds):.2f} s, p95 {p95:.2f} s (n={len(seconds)})"
+
+
 def summary(deliveries: list[dict]) -> list[str]:
-    """Counts per status and p50/p95 seconds from request to delivered, as table lines."""
+    """Counts per status, failure reasons, and p50/p95 seconds from request to a drone and to delivered."""
     counts = Counter(d["status"] for d in deliveries)
     reasons = Counter(d["statusReason"] for d in deliveries if d["status"] == "failed")
-    durations = sorted(
-        (datetime.fromisoformat(d["updatedAt"]) - datetime.fromisoformat(d["createdAt"])).total_seconds()
-        for d in deliveries
-        if d["status"] == "delivered"
-    )
-    lines = [f"{'status':<12} {'count':>6}", f"{'-' * 12} {'-' * 6}"]
-    lines += [
-        f"{status:<12} {counts.get(status, 0):>6}"
-        for status in ("requested", "scheduled", "in_transit", "delivered", "failed", "cancelled")
-    ]
-    lines += [f"{'total':<12} {len(deliveries):>6}", ""]
+    delivered = [_seconds_between(d["createdAt"], d["updatedAt"]) for d in deliveries if d["status"] == "delivered"]
+    waited = [_seconds_between(d["createdAt"], d["droneScheduledAt"]) for d in deliveries if d["droneScheduledAt"]]
+    lines = [f"{'status':<17} {'count':>6}", f"{'-' * 17} {'-' * 6}"]
+    lines += [f"{status:<17} {counts.get(status, 0):>6}" for status in STATUSES]
+    lines += [f"{'total':<17} {len(deliveries):>6}", ""]
     lines += [f"failed because {reason}: {n}" for reason, n in reasons.most_common()]
-    if durations:
-        p95 = durations[min(len(durations) - 1, round(0.95 * (len(durations) - 1)))]
-        lines.append(
-            f"request -> delivered: p50 {statistics.median(durations):.2f} s, p95 {p95:.2f} s (n={len(durations)})"
-        )
+    lines.append(f"waited in line for a drone: {sum(1 for d in deliveries if d['waitingSince'])}")
+    if waited:
+        lines.append(_percentiles("request -> drone reserved (wait for a drone)", waited))
+    if delivered:
+        lines.append(_percentiles("request -> delivered", delivered))
     return lines
+
+
+def plot(history: list[tuple[float, Counter]], path: str, *, title: str) -> None:
+    """Deliveries waiting for a drone, with a drone (scheduled or in flight), delivered and failed, over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    seconds = [t for t, _ in history]
+    series = {
+        "waiting for a drone": ("requested", "waiting_for_drone"),
+        "drone reserved or in flight": ("scheduled", "in_transit"),
+        "delivered": ("delivered",),
+        "failed": ("failed",),
+    }
+    figure, axes = pyplot.subplots(figsize=(9, 4.5), dpi=100)
+    for label, statuses in series.items():
+        axes.plot(seconds, [sum(counts.get(s, 0) for s in statuses) for _, counts in history], label=label)
+    axes.set_xlabel("seconds since the first request")
+    axes.set_ylabel("deliveries")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)

@@ -88,8 +88,8 @@ def reason_never_served(assignment: Assignment) -> str | None:
     return None if from_home.exists() else "out_of_range"
 
 
-def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
-    """The first delivery in line that `drone` can carry and reach from where it is, locked; or None.
+def line_for(drone: Drone, *, now: datetime) -> QuerySet[Assignment]:
+    """The waiting deliveries `drone` can carry and reach from where it is, in line order, locking what is read.
 
     Walks the waiting line's index in order and stops at the first match: the line's length
     matters only when the drone can serve none of those ahead.
@@ -103,8 +103,12 @@ def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
         .filter(trip_km__lte=Value(drone.range_km) - F("approach_km") - F("home_km"))
         .order_by("rank_at", "waiting_since", "delivery_id")
         .select_for_update(skip_locked=True)
-        .first()
     )
+
+
+def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
+    """The first delivery in line that `drone` can fly, locked; or None."""
+    return line_for(drone, now=now).first()
 
 
 def lock_the_waiting_line() -> None:

@@ -1,10 +1,12 @@
 """The customer API: the ingestion contract, ownership, and clear errors for bad input."""
 
 import json
+from datetime import timedelta
 from uuid import UUID, uuid4
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from deliveries.models import Delivery
 from outbox.models import OutboxMessage
@@ -132,6 +134,7 @@ BAD_BODIES = [
     ("unknown size", _with("packageInfo.size", "Huge"), 422, "packageInfo.size"),
     ("deadline before pickup", _with("deadline", "2000-01-01T00:00:00Z"), 422, "deadline"),
     ("pickup time not a date", _with("pickupTime", "tomorrow-ish"), 422, "pickupTime"),
+    ("pickup time long past", _with("pickupTime", "2020-06-01T10:00:00Z"), 422, "pickupTime"),
     ("unknown confirmation", _with("confirmationRequired", "Telepathy"), 422, "confirmationRequired"),
     ("missing package info", _without(delivery_request(), "packageInfo"), 422, "packageInfo"),
     ("missing pickup location", _without(delivery_request(), "pickupLocation"), 422, "pickupLocation"),
@@ -193,3 +196,19 @@ def test_the_openapi_schema_and_docs_are_served(db):
 def test_a_page_number_below_one_is_a_422_naming_page(customer):
     response = customer.get("/deliveries?page=0")
     assert response.status_code == 422 and response.json()["errors"][0]["field"] == "page"
+
+
+def test_a_pickup_time_a_little_in_the_past_means_now_and_further_back_is_refused(customer, settings):
+    settings.DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS = 300
+    a_minute_ago = (timezone.now() - timedelta(minutes=1)).isoformat()
+    ten_minutes_ago = (timezone.now() - timedelta(minutes=10)).isoformat()
+
+    assert customer.request(delivery_request(pickupTime=a_minute_ago)).status_code == 202
+    refused = customer.request(delivery_request(pickupTime=ten_minutes_ago))
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["field"] == "pickupTime" and "300 s" in refused.json()["errors"][0]["message"]
+    delivery_id = Delivery.objects.get().id
+    patch = customer.client.patch(
+        f"/api/deliveryrequests/{delivery_id}", {"pickupTime": ten_minutes_ago}, content_type="application/json"
+    )
+    assert patch.status_code == 422 and patch.json()["errors"][0]["field"] == "pickupTime"

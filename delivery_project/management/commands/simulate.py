@@ -18,8 +18,9 @@ from outbox.relay import Relay
 class Command(BaseCommand):
     help = (
         "Submit N delivery requests through the customer API, wait until every delivery is terminal, and print "
-        "counts per status and p50/p95 time from request to delivered. With --url it talks to a running server "
-        "(start one with ./dev up); without, it runs the API, a relay and a worker in this process."
+        "counts per status and p50/p95 time from request to a drone and to delivered. With --url it talks to a "
+        "running server (start one with ./dev up); without, it runs the API, a relay and a worker in this process. "
+        "--plot FILE.png draws the deliveries waiting, in flight and delivered over time."
     )
 
     def add_arguments(self, parser):
@@ -30,8 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=8, help="Requests in flight at once.")
         parser.add_argument("--timeout", type=float, default=600, help="Seconds to wait for terminal states.")
         parser.add_argument("--seed", type=int, default=7, help="Random seed for the generated requests.")
+        parser.add_argument("--plot", help="Write a PNG of deliveries per status over time to this file.")
 
-    def handle(self, *, deliveries, url, drones, rate, concurrency, timeout, seed, verbosity, **options):
+    def handle(self, *, deliveries, url, drones, rate, concurrency, timeout, seed, plot, verbosity, **options):
         base = (47.6205, -122.3493)
         if not Drone.objects.exists():
             seed_fleet(count=drones, latitude=base[0], longitude=base[1])
@@ -43,7 +45,7 @@ class Command(BaseCommand):
         requests = [
             simulation.random_request(rng, latitude=base[0], longitude=base[1], radius_km=3) for _ in range(deliveries)
         ]
-        began = time.monotonic()
+        began, history = time.monotonic(), []
         try:
             ids = simulation.submit(
                 api,
@@ -54,7 +56,12 @@ class Command(BaseCommand):
             )
             self._end_bar(verbosity)
             finished = simulation.wait_until_terminal(
-                api, count=len(ids), timeout=timeout, progress=self._bar("terminal ", deliveries, verbosity)
+                api,
+                count=len(ids),
+                timeout=timeout,
+                progress=self._bar("terminal ", deliveries, verbosity),
+                history=history,
+                began=began,
             )
             self._end_bar(verbosity)
         finally:
@@ -63,6 +70,10 @@ class Command(BaseCommand):
                 stopper()
         self.stdout.write("\n".join(simulation.summary(finished)))
         self.stdout.write(f"elapsed {time.monotonic() - began:.1f} s")
+        if plot:
+            fleet = Drone.objects.count()
+            simulation.plot(history, plot, title=f"simulate --deliveries {deliveries}, {fleet} drones")
+            self.stdout.write(f"plot written to {plot}")
         unfinished = sum(d["status"] not in simulation.TERMINAL for d in finished)
         if unfinished:
             raise CommandError(f"{unfinished} deliveries were not terminal after {timeout:.0f} s")

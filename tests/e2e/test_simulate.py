@@ -1,0 +1,35 @@
+"""`manage.py simulate`: a burst of several times the fleet, through the API, relay and worker, all served."""
+
+import re
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from deliveries.models import Delivery
+from drones.models import Assignment
+from drones.services import seed_fleet
+from tests.deliveries.conftest import BASE
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_burst_of_six_times_the_fleet_is_served_and_the_run_is_summed_up_and_plotted(
+    broker, transactional_db, tmp_path
+):
+    seed_fleet(count=4, latitude=BASE[0], longitude=BASE[1])
+    out, png = StringIO(), tmp_path / "run.png"
+
+    call_command("simulate", deliveries=24, timeout=120, plot=str(png), stdout=out, verbosity=0)
+
+    report = out.getvalue()
+    reasons = set(Delivery.objects.filter(status="failed").values_list("status_reason", flat=True))
+    assert reasons <= {"too_heavy"}, reasons  # only what can never fly fails
+    delivered = Delivery.objects.filter(status="delivered").count()
+    assert delivered + Delivery.objects.filter(status="failed").count() == 24 and delivered >= 16
+    assert re.search(rf"^delivered\s+{delivered}$", report, re.MULTILINE), report
+    waited = Delivery.objects.exclude(waiting_since=None).count()
+    assert waited >= 12 and f"waited in line for a drone: {waited}" in report
+    assert "request -> drone reserved (wait for a drone): p50" in report and "request -> delivered: p50" in report
+    assert not Assignment.objects.filter(status="waiting").exists()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot written to {png}" in report
