@@ -51,6 +51,7 @@ class Api:
 
 def random_request(rng: random.Random, *, latitude: float, longitude: float, radius_km: float) -> dict:
     """A customer's request; its times are set when it is sent (`stamped`)."""
+
     def near() -> dict:
         return {
             "latitude": latitude + rng.uniform(-1, 1) * radius_km / 111.32,
