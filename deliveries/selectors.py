@@ -18,5 +18,13 @@ def delivery_of(customer: Customer, delivery_id: UUID) -> Delivery | None:
 
 
 def timeline(delivery: Delivery) -> list[dict]:
-    """The delivery's events: its id is the correlation id of everything it caused."""
-    return correlation_timeline(delivery.id)
+    """The delivery's events: its id is the correlation id of everything it caused.
+
+    An event caused by another story (a drone freed by someone else's delivery taking this one)
+    names no cause here: that message is not this customer's to see.
+    """
+    events = correlation_timeline(delivery.id)
+    own = {event["message_id"] for event in events}
+    return [
+        {**event, "causation_id": event["causation_id"] if event["causation_id"] in own else None} for event in events
+    ]

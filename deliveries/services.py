@@ -196,17 +196,22 @@ def record_waiting(
     """The drone scheduler put the delivery in its line (`reason`: fleet_busy or pickup_planned).
 
     A delivery without a deadline then gets a timer: it waits at most DELIVERY_MAX_WAIT_SECONDS
-    after its pickup time. Before dispatch only: a dispatched delivery's scheduler owes it a drone.
+    after its pickup time. One already dispatched whose drone an operator grounded before it took
+    off stays in transit, drone-less, and gets that timer whatever its deadline: the deadline no
+    longer fails a delivery that has left.
     """
     with transaction.atomic():
         delivery = _locked(delivery_id)
-        if delivery is None or delivery.status not in Delivery.BEFORE_DISPATCH or round != delivery.schedule_round:
+        if delivery is None or round != delivery.schedule_round:
             return delivery
-        delivery.status, delivery.status_reason = Status.WAITING_FOR_DRONE, reason
+        if delivery.status in Delivery.BEFORE_DISPATCH:
+            delivery.status, delivery.status_reason = Status.WAITING_FOR_DRONE, reason
+        elif delivery.status != Status.IN_TRANSIT:
+            return delivery
         delivery.drone_id, delivery.eta, delivery.pickup_eta = None, None, expected_pickup_at
         if delivery.waiting_since is None:
             delivery.waiting_since = timezone.now()
-            if delivery.deadline is None:
+            if delivery.deadline is None or delivery.status == Status.IN_TRANSIT:
                 give_up_at = max(timezone.now(), delivery.pickup_time) + timedelta(
                     seconds=settings.DELIVERY_MAX_WAIT_SECONDS
                 )
@@ -242,12 +247,18 @@ def expire_join(*, delivery_id: UUID, round: int = 1) -> Delivery | None:
 
 
 def expire_wait(*, delivery_id: UUID, round: int) -> Delivery | None:
-    """The longest wait for a drone is over: a delivery still in line fails with no_drone_available."""
-    return _fail_if_not_dispatched(
-        delivery_id,
-        "no_drone_available",
-        still=lambda d: d.schedule_round == round and d.status == Status.WAITING_FOR_DRONE,
-    )
+    """The longest wait for a drone is over: a delivery still in line fails with no_drone_available,
+    as does one dispatched whose drone was grounded and that has not got another since."""
+    with transaction.atomic():
+        delivery = _locked(delivery_id)
+        drone_less = delivery is not None and (
+            delivery.status == Status.WAITING_FOR_DRONE
+            or (delivery.status == Status.IN_TRANSIT and delivery.drone_id is None)
+        )
+        if drone_less and delivery.schedule_round == round:
+            _fail(delivery, "no_drone_available")
+            delivery.save()
+        return delivery
 
 
 def expire_deadline(*, delivery_id: UUID, deadline: datetime | None = None) -> Delivery | None:

@@ -96,6 +96,7 @@ def on_delivery_rescheduled(message: Received[DeliveryRescheduled]) -> None:
         priority=p.priority,
         pickup_time=p.pickup_time,
         deadline=p.deadline,
+        change=message.envelope.sequence,
     )
 
 

@@ -97,7 +97,8 @@ def line_for(drone: Drone, *, now: datetime) -> QuerySet[Assignment]:
     position, home = Point(drone.latitude, drone.longitude), Point(drone.home_latitude, drone.home_longitude)
     return (
         Assignment.objects.filter(status=Assignment.Status.WAITING, weight_kg__lte=drone.max_payload_kg)
-        .filter(Q(deadline__isnull=True) | Q(deadline__gt=now))
+        # Past its deadline it is the deliveries context's to fail, unless it has left already.
+        .filter(Q(deadline__isnull=True) | Q(deadline__gt=now) | Q(dispatched=True))
         .annotate(approach_km=km_from(position, "pickup_latitude", "pickup_longitude"))
         .annotate(home_km=km_from(home, "dropoff_latitude", "dropoff_longitude"))
         .filter(trip_km__lte=Value(drone.range_km) - F("approach_km") - F("home_km"))

@@ -66,6 +66,9 @@ class Assignment(models.Model):
     replans = models.PositiveSmallIntegerField(default=0)
     expected_pickup_at = models.DateTimeField(null=True, blank=True, help_text="Estimate given while it waits.")
     dispatched = models.BooleanField(default=False, help_text="Dispatched while it had no drone (one was grounded).")
+    change = models.PositiveBigIntegerField(
+        default=0, help_text="Sequence (in the delivery's stream) of the last change applied: older ones are moot."
+    )
     takeoff_at = models.DateTimeField(null=True, blank=True)
     eta = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

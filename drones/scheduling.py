@@ -120,22 +120,20 @@ def reserve_planned(assignment: Assignment) -> None:
     """The planning timer fired: reserve the nearest free drone, or come back later if it is nearer than
     expected (at most DRONE_MAX_REPLANS times), or join the line."""
     now = timezone.now()
-    drone = matching.nearest_drone(assignment)
-    if drone is not None:
-        reserve_at = _reserve_at(assignment, drone)
-        early = (reserve_at - now).total_seconds()
-        if early > settings.DRONE_PICKUP_MARGIN_SECONDS and assignment.replans < settings.DRONE_MAX_REPLANS:
+    # Looked at without a lock: a drone this timer puts off must not be hidden from others meanwhile.
+    nearest = matching.nearest_drone(assignment, lock=False)
+    if nearest is not None and assignment.replans < settings.DRONE_MAX_REPLANS:
+        reserve_at = _reserve_at(assignment, nearest)
+        if (reserve_at - now).total_seconds() > settings.DRONE_PICKUP_MARGIN_SECONDS:
             assignment.replans += 1
             _plan_reservation(assignment, reserve_at)
             return
-    assign_or_wait(assignment, now=now, drone=drone)
+    assign_or_wait(assignment, now=now)
 
 
-def assign_or_wait(
-    assignment: Assignment, *, now: datetime, head_of_line: bool = False, drone: Drone | None = None
-) -> None:
+def assign_or_wait(assignment: Assignment, *, now: datetime, head_of_line: bool = False) -> None:
     """Reserve the nearest free drone; refuse what no drone could ever fly; otherwise wait in line."""
-    drone = drone or matching.nearest_drone(assignment)
+    drone = matching.nearest_drone(assignment)
     if drone is None:
         reason = matching.reason_never_served(assignment)
         if reason is not None:
@@ -152,6 +150,22 @@ def assign_or_wait(
         reserve(drone, assignment, now=now)
     else:
         _wait(assignment, now=now, head_of_line=head_of_line)
+
+
+def offer_drone(assignment: Assignment) -> None:
+    """Look for a drone once more for a delivery that stays in line after its (locked) row was touched.
+
+    While a transaction holds a waiting row, a drone looking for work skips it and may go idle;
+    looking again here, through the same lock, means one of the two finds the other.
+    """
+    if assignment.status != Assignment.Status.WAITING:
+        return
+    drone = matching.nearest_drone(assignment)
+    if drone is None:
+        matching.lock_the_waiting_line()
+        drone = matching.nearest_drone(assignment)
+    if drone is not None:
+        reserve(drone, assignment, now=timezone.now())
 
 
 def _wait(assignment: Assignment, *, now: datetime, head_of_line: bool) -> None:
@@ -240,11 +254,12 @@ def free(assignment: Assignment, *, reason: str) -> Drone:
     return drone
 
 
-def find_work(drone: Drone) -> Assignment | None:
+def find_work(drone: Drone, *, fly_home: bool = True) -> Assignment | None:
     """A (locked) drone has just become free: take the first delivery in line it can fly, or rest.
 
-    Resting away from home means flying home: `drone.returned_to_base` is published for the
-    moment it lands there.
+    Every transaction that holds a free drone's row and leaves it free ends here, so that a
+    delivery that skipped the locked drone meanwhile is found. Resting away from home means
+    flying home: `drone.returned_to_base` is published for the moment it lands there.
     """
     if drone.status != Drone.Status.AVAILABLE or drone.delivery_id is not None:
         return None
@@ -256,7 +271,7 @@ def find_work(drone: Drone) -> Assignment | None:
     if assignment is not None:
         reserve(drone, assignment, now=now)
         return assignment
-    if position(drone) != home(drone):
+    if fly_home and position(drone) != home(drone):
         publish(
             DroneReturnedToBase(drone_id=drone.id, mission=drone.missions),
             stream=f"drone:{drone.id}",

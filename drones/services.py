@@ -23,6 +23,13 @@ def _locked(delivery_id: UUID) -> Assignment | None:
     return Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
 
 
+def _untouched(assignment: Assignment | None) -> Assignment | None:
+    """Leave a locked assignment as it was; one still in line looks for a drone once more (see offer_drone)."""
+    if assignment is not None:
+        scheduling.offer_drone(assignment)
+    return assignment
+
+
 def _new_assignment(
     *,
     delivery_id: UUID,
@@ -63,7 +70,7 @@ def schedule_drone(
     with transaction.atomic():
         existing = _locked(delivery_id)
         if existing is not None:  # handled before, rescheduled first, or the delivery already ended (tombstone)
-            return existing
+            return _untouched(existing)
         assignment = _new_assignment(
             delivery_id=delivery_id,
             round=1,
@@ -88,18 +95,21 @@ def reschedule_drone(
     priority: str = "normal",
     pickup_time: datetime | None = None,
     deadline: datetime | None = None,
+    change: int = 0,
 ) -> Assignment | None:
-    """The customer changed the delivery before take-off.
+    """The customer changed the delivery before take-off (`change`: its number in the delivery's stream).
 
     New places or a new pickup time come as a new round: the drone (if any) is released and the
-    delivery planned again. A new deadline alone keeps the round and only moves its place in line.
+    delivery planned again. A new deadline alone keeps the round and only moves its place in line;
+    of two such changes arriving out of order, the older is moot.
     """
     with transaction.atomic():
         existing = _locked(delivery_id)
         if existing is not None and existing.round >= round:
-            if existing.round == round and existing.deadline != deadline:
+            if existing.round == round and change > existing.change:
+                existing.change = change
                 _move_deadline(existing, deadline)
-            return existing  # seen already
+            return _untouched(existing)  # seen already
         if existing is not None and existing.status not in (*BEFORE_TAKEOFF, Assignment.Status.REFUSED):
             return existing  # the delivery ended or took off meanwhile
         freed = None
@@ -117,6 +127,7 @@ def reschedule_drone(
             pickup_time=pickup_time,
             deadline=deadline,
         )
+        assignment.change = change
         scheduling.plan(assignment)
         if freed is not None:
             scheduling.find_work(Drone.objects.select_for_update().get(pk=freed.pk))
@@ -136,7 +147,7 @@ def reserve_planned(*, delivery_id: UUID, round: int) -> Assignment | None:
     with transaction.atomic():
         assignment = _locked(delivery_id)
         if assignment is None or assignment.status != Assignment.Status.PLANNED or assignment.round != round:
-            return assignment  # cancelled, rescheduled or re-planned since
+            return _untouched(assignment)  # cancelled, rescheduled or re-planned since
         scheduling.reserve_planned(assignment)
         return assignment
 
@@ -151,6 +162,7 @@ def start_flight(*, delivery_id: UUID) -> Assignment | None:
             # Its drone was grounded after the delivery had left: the next drone it gets flies at once.
             assignment.dispatched = True
             assignment.save(update_fields=["dispatched", "updated_at"])
+            _untouched(assignment)
         elif assignment.status == Assignment.Status.RESERVED:
             take_off(assignment, Drone.objects.select_for_update().get(pk=assignment.drone_id))
         return assignment
@@ -186,7 +198,9 @@ def park_at_base(*, drone_id: UUID, mission: int) -> Drone | None:
     with transaction.atomic():
         drone = Drone.objects.select_for_update().filter(pk=drone_id).first()
         if drone is None or drone.missions != mission or drone.status != Drone.Status.AVAILABLE:
-            return drone  # it took another delivery (or was grounded) before it got home
+            if drone is not None:  # it took another delivery (or was grounded) before it got home
+                scheduling.find_work(drone, fly_home=False)  # a later return flight is on its way, if any
+            return drone
         drone.latitude, drone.longitude = drone.home_latitude, drone.home_longitude
         drone.save(update_fields=["latitude", "longitude", "updated_at"])
         scheduling.find_work(drone)
@@ -263,6 +277,8 @@ def ground_drone(*, drone_id: UUID) -> Drone:
         if reserved:
             assignment.drone, assignment.takeoff_at, assignment.eta = None, None, None
             scheduling.plan(assignment, head_of_line=True)
+        else:
+            _untouched(assignment)  # locked by a stale read of the drone's delivery
         return drone
 
 

@@ -36,6 +36,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='assignment',
+            name='change',
+            field=models.PositiveBigIntegerField(default=0, help_text="Sequence (in the delivery's stream) of the last change applied: older ones are moot."),
+        ),
+        migrations.AddField(
+            model_name='assignment',
             name='dispatched',
             field=models.BooleanField(default=False, help_text='Dispatched while it had no drone (one was grounded).'),
         ),

@@ -11,12 +11,13 @@ import threading
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from drones import matching, services
+from drones import matching, scheduling, services
 from drones.geography import Point
 from drones.models import Assignment, Drone
 from tests.deliveries.conftest import BASE
@@ -99,3 +100,94 @@ def test_concurrent_releases_and_requests_never_double_assign_nor_leave_a_drone_
         assert problems() == []
     assert not Assignment.objects.filter(status="waiting").exists()
     assert Drone.objects.filter(status="available", delivery_id=None).count() == FLEET
+
+
+def one_paused_while_another_runs(paused, pause_point, other) -> None:
+    """Run `paused` in a thread until `pause_point` (holding its locks), run `other` meanwhile, then let it finish."""
+    reached, go, errors = threading.Event(), threading.Event(), []
+    pause_point(reached, go)
+
+    def run(job, before=None, after=None):
+        try:
+            if before:
+                assert before.wait(10), "the paused transaction never reached its pause point"
+            job()
+        except Exception as error:  # reported below, in the test's thread
+            errors.append(error)
+        finally:
+            connection.close()
+            if after:
+                after.set()
+
+    threads = [threading.Thread(target=run, args=(paused,)), threading.Thread(target=run, args=(other, reached, go))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+
+
+def idle_drones_while_deliveries_wait() -> list[str]:
+    return [p for p in problems() if "is free while" in p]
+
+
+def test_a_waiting_row_held_by_the_dispatch_news_does_not_strand_a_drone_back_in_service(transactional_db, monkeypatch):
+    services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
+    drone = Drone.objects.get()
+    delivery_id = request(random.Random(1))
+    services.ground_drone(drone_id=drone.pk)  # the delivery goes back in line, at its head
+
+    def pause_after_marking_dispatched(reached, go):
+        save = Assignment.save
+
+        def save_then_pause(self, *args, **kwargs):
+            save(self, *args, **kwargs)
+            if kwargs.get("update_fields") == ["dispatched", "updated_at"]:
+                reached.set()
+                go.wait(10)
+
+        monkeypatch.setattr(Assignment, "save", save_then_pause)
+
+    one_paused_while_another_runs(
+        lambda: services.start_flight(delivery_id=delivery_id),
+        pause_after_marking_dispatched,
+        lambda: services.return_drone_to_service(drone_id=drone.pk),  # finds the line's only row locked
+    )
+
+    assert idle_drones_while_deliveries_wait() == []
+    assert Assignment.objects.get(delivery_id=delivery_id).status == "flying"
+
+
+def test_a_planning_timer_putting_its_drone_off_does_not_hide_it_from_a_new_request(
+    transactional_db, monkeypatch, settings
+):
+    settings.DRONE_PICKUP_MARGIN_SECONDS = 60
+    services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
+    planned = uuid.uuid4()
+    services.schedule_drone(
+        delivery_id=planned,
+        pickup=Point(BASE[0] + 0.01, BASE[1]),
+        dropoff=Point(BASE[0] - 0.01, BASE[1]),
+        weight_kg=1.0,
+        pickup_time=timezone.now() + timedelta(minutes=30),
+    )
+    assert Assignment.objects.get(delivery_id=planned).status == "planned"
+
+    def pause_after_putting_off(reached, go):
+        plan_reservation = scheduling._plan_reservation
+
+        def then_pause(assignment, reserve_at):
+            plan_reservation(assignment, reserve_at)
+            reached.set()
+            go.wait(10)
+
+        monkeypatch.setattr(scheduling, "_plan_reservation", then_pause)
+
+    one_paused_while_another_runs(
+        lambda: services.reserve_planned(delivery_id=planned, round=1),  # fired early: puts itself off
+        pause_after_putting_off,
+        lambda: request(random.Random(2)),
+    )
+
+    assert idle_drones_while_deliveries_wait() == []
+    assert Assignment.objects.filter(status="reserved").count() == 1

@@ -343,3 +343,67 @@ def test_what_no_drone_could_ever_fly_fails_at_once_even_with_the_fleet_busy(
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", reason)
+
+
+def test_a_delivery_dispatched_before_its_drone_was_grounded_is_flown_even_past_its_deadline(
+    customer, one_drone, choreography
+):
+    from tests.conftest import wait_until
+
+    deadline = timezone.now() + timedelta(seconds=1)
+    delivery_id = scheduled(customer, choreography, deadline=deadline.isoformat())  # in transit for deliveries
+    drone = Drone.objects.get()
+    services.ground_drone(drone_id=drone.pk)
+    choreography.settle(delivery_id)
+    wait_until(lambda: timezone.now() > deadline, timeout=10, what="the deadline to pass")
+    choreography.settle(delivery_id)  # the deadline timer: it has left, so it does not fail
+
+    services.return_drone_to_service(drone_id=drone.pk)
+    choreography.settle(delivery_id)
+
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+
+
+def test_a_dispatched_delivery_left_without_a_drone_fails_after_the_longest_wait(customer, one_drone, choreography):
+    delivery_id = scheduled(customer, choreography)
+    services.ground_drone(drone_id=Drone.objects.get().pk)  # and never back
+    choreography.settle(delivery_id)
+    delivery = customer.get(f"/deliveries/{delivery_id}").json()
+    assert (delivery["status"], delivery["droneId"]) == ("in_transit", None)
+
+    choreography.deliver("delivery.wait_timed_out", delivery_id)
+    choreography.settle(delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "no_drone_available")
+    assert assignment(delivery_id).status == "released"
+    assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
+
+
+def test_of_two_deadline_changes_arriving_out_of_order_the_newer_wins(customer, one_drone, choreography):
+    scheduled(customer, choreography)
+    delivery_id = waiting(customer, choreography)
+    for hours in (5, 8):
+        later = (timezone.now() + timedelta(hours=hours)).isoformat()
+        response = customer.client.patch(
+            f"/api/deliveryrequests/{delivery_id}", {"deadline": later}, content_type="application/json"
+        )
+        assert response.status_code == 202
+    older, newer = OutboxMessage.objects.filter(correlation_id=delivery_id, type="delivery.rescheduled").order_by("id")
+
+    choreography.hand_over(newer, only="drones")
+    choreography.hand_over(older, only="drones")
+
+    assert assignment(delivery_id).deadline == Delivery.objects.get(id=delivery_id).deadline
+
+
+def test_the_customer_timeline_names_no_cause_from_another_delivery(customer, one_drone, choreography):
+    first = scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+    choreography.settle(first)  # first's completion frees the drone, which takes second
+
+    timeline = customer.get(f"/deliveries/{second}/timeline").json()
+
+    scheduled_event = next(e for e in timeline if e["type"] == "drone.scheduled")
+    assert scheduled_event["causationId"] is None
+    assert OutboxMessage.objects.get(message_id=scheduled_event["messageId"]).causation_id is not None  # kept inside
