@@ -59,7 +59,10 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+# Persistent connections (seconds) serve gunicorn's long-lived workers; run_all sets 0 for
+# runserver, whose thread per request would leave one open connection behind per thread.
+CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE, conn_health_checks=True)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     # Web, relay and workers are separate processes on one file: WAL lets readers run beside

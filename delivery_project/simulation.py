@@ -40,13 +40,21 @@ class Api:
                 content_type="application/json",
                 headers={"Authorization": headers["Authorization"]},
             )
-            return response.status_code, json.loads(response.content or b"{}")
+            return response.status_code, _json(response.content)
         request = urllib.request.Request(f"{self.url}/api{path}", data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read() or b"{}")
+                return response.status, _json(response.read())
         except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
+            return error.code, _json(error.read())
+
+
+def _json(body: bytes) -> dict:
+    """The answer's JSON; a server error page that is not JSON is kept as text, to be reported."""
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return {"detail": body[:300].decode(errors="replace")}
 
 
 def random_request(rng: random.Random, *, latitude: float, longitude: float, radius_km: float) -> dict:

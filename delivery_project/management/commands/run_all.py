@@ -1,3 +1,4 @@
+import os
 import signal
 import subprocess
 import sys
@@ -34,8 +35,12 @@ class Command(BaseCommand):
             **{f"relay-{i + 1}": [*manage, "relay_outbox"] for i in range(relays)},
             "workers": [*manage, "rundramatiq", "--processes", str(processes), "--threads", str(threads)],
         }
+        # runserver handles each request on a thread of its own: a persistent connection would outlive it.
+        env = {"web": {**os.environ, "DJANGO_CONN_MAX_AGE": "0"}}
         # Own sessions: a terminal's Ctrl-C reaches only this command, which stops each child once.
-        children = {name: subprocess.Popen(cmd, start_new_session=True) for name, cmd in commands.items()}
+        children = {
+            name: subprocess.Popen(cmd, start_new_session=True, env=env.get(name)) for name, cmd in commands.items()
+        }
         self.stdout.write(
             self.style.SUCCESS(f"running {', '.join(children)} — http://{addr}/admin/ ; Ctrl-C stops everything")
         )
