@@ -87,15 +87,7 @@ def _plan_for_later(assignment: Assignment, now: datetime) -> bool:
     if reserve_at <= now:
         return False
     _plan_reservation(assignment, reserve_at)
-    _announce(
-        assignment,
-        DroneWaitListed(
-            delivery_id=assignment.delivery_id,
-            round=assignment.round,
-            reason="pickup_planned",
-            expected_pickup_at=assignment.pickup_time,
-        ),
-    )
+    _announce_waiting(assignment, reason="pickup_planned", expected_pickup_at=assignment.pickup_time)
     return True
 
 
@@ -176,13 +168,17 @@ def _wait(assignment: Assignment, *, now: datetime, head_of_line: bool) -> None:
     )
     assignment.expected_pickup_at = _expected_pickup(assignment, now=now)
     assignment.save()
+    _announce_waiting(assignment, reason="fleet_busy", expected_pickup_at=assignment.expected_pickup_at)
+
+
+def _announce_waiting(assignment: Assignment, *, reason: str, expected_pickup_at: datetime | None) -> None:
     _announce(
         assignment,
         DroneWaitListed(
             delivery_id=assignment.delivery_id,
             round=assignment.round,
-            reason="fleet_busy",
-            expected_pickup_at=assignment.expected_pickup_at,
+            reason=reason,
+            expected_pickup_at=expected_pickup_at,
         ),
     )
 
