@@ -56,9 +56,12 @@ def test_run_all_serves_many_requests_without_piling_up_connections_and_stops_on
             # runserver answers each request on a thread of its own: with persistent connections
             # each thread would leave one open (PostgreSQL refuses clients past max_connections).
             assert connections_to_this_database() < 30
-        system.send_signal(signal.SIGINT)
-        output, _ = system.communicate(timeout=60)
     finally:
-        system.kill()
+        # Ctrl-C even when an assertion failed: run_all stops its children, which a kill would orphan.
+        system.send_signal(signal.SIGINT)
+        try:
+            output, _ = system.communicate(timeout=60)
+        finally:
+            system.kill()
     assert system.returncode == 0, output
     assert "running web, relay-1, workers" in output
