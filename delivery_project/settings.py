@@ -110,6 +110,9 @@ OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "200"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
 OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOFF_SECONDS", "30"))
+# A row that fails to send this many times while the rows around it go through is set aside
+# as a dead letter (`unsendable`), one per subscriber it had not reached.
+OUTBOX_RELAY_MAX_SEND_ATTEMPTS = int(os.environ.get("OUTBOX_RELAY_MAX_SEND_ATTEMPTS", "5"))
 
 LOGGING = {
     "version": 1,

@@ -28,6 +28,7 @@ class Reason(StrEnum):
     EXPIRED = "expired"
     HANDLER_ERROR = "handler_error"
     COMPENSATION_FAILED = "compensation_failed"
+    UNSENDABLE = "unsendable"  # the relay kept failing to hand this row to the broker
 
 
 class Rejected(Exception):
@@ -136,6 +137,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
                 "published_at": None,
                 "claimed_until": None,
                 "claimed_by": "",
+                "send_attempts": 0,
             },
         )
         _resolve(letter, DeadLetter.Status.REPLAYED, by=by, note=note)

@@ -6,6 +6,11 @@ No lock or transaction is held while talking to the broker. A relay that dies be
 sending and marking leaves an expiring lease; the rows are sent again and the subscribers'
 inboxes drop the copies. Rows are found by "not yet published", never by a watermark, so a
 transaction that commits late is still relayed.
+
+Any error backs off and is retried; rows the broker confirmed are always marked first. A row
+that alone keeps failing to send (a poison row) keeps its lease, so the rows behind it flow,
+and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter (`unsendable`) for
+each subscriber it had not reached.
 """
 
 import logging
@@ -21,19 +26,29 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import F, Min, Q
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from outbox.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
 from outbox.subscriptions import message_to, subscribers_of
 
 logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "outbox_pending"
+# A row failing alone counts towards being set aside only if other rows were sent this recently.
+SUSPICION_SECONDS = 60
 _BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError, OSError)
 
 
 class BrokerUnavailable(Exception):
     """The broker refused or lost a send; the unsent rows were released for a later try."""
+
+
+class _SendFailed(Exception):
+    def __init__(self, row: OutboxMessage, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.row, self.error = row, error
 
 
 class Relay:
@@ -48,24 +63,44 @@ class Relay:
         self.batch_size = batch_size or settings.OUTBOX_RELAY_BATCH_SIZE
         self.lease = timedelta(seconds=lease_seconds or settings.OUTBOX_RELAY_LEASE_SECONDS)
         self.relayed = 0
+        self.last_success: float | None = None
+        self.failed_rounds = 0  # rounds that ended in an error and a pause
 
     def relay_batch(self) -> int:
         """Claim, send and mark one batch of due rows; return how many were published."""
         rows = self.claim_batch()
         if not rows:
             return 0
-        sent: list[int] = []
+        sent: list[OutboxMessage] = []
+        suspects: list[_SendFailed] = []
+        streak = 0
         try:
             for row in rows:
-                self.send(row)
-                sent.append(row.id)
-        except _BROKER_ERRORS as error:
-            self.mark_published(sent)
-            unsent = [r.id for r in rows[len(sent) :]]
-            OutboxMessage.objects.filter(id__in=unsent).update(claimed_until=None, claimed_by="")
+                try:
+                    self.send(row)
+                except _BROKER_ERRORS:
+                    raise
+                except Exception as error:
+                    suspects.append(_SendFailed(row, error))
+                    streak += 1
+                    if streak > 1:
+                        raise  # rows fail one after another: the broker's trouble, not a row's
+                    continue
+                sent.append(row)
+                streak = 0
+            if sent:
+                self.last_success = time.monotonic()
+            elif suspects and not self._sending_lately():
+                raise suspects[-1].error  # nothing goes through: no row can be told apart from the broker
+        except Exception as error:
+            done = {r.id for r in sent}
+            self._release([r for r in rows if r.id not in done])  # none of them is to blame
             raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
-        self.mark_published(sent)
+        finally:
+            self.mark_published(sent)
         self.relayed += len(sent)
+        for suspect in suspects:  # a row that fails while its neighbours go through keeps its lease
+            self._set_aside_if_hopeless(suspect)
         return len(sent)
 
     def drain(self, stop: threading.Event | None = None) -> int:
@@ -99,15 +134,51 @@ class Relay:
     def send(self, row: OutboxMessage) -> None:
         """Enqueue one copy per subscriber; returns once the broker has confirmed each."""
         envelope = row.envelope()
-        for subscriber in [row.target_subscriber] if row.target_subscriber else subscribers_of(row.type):
+        for subscriber in self.recipients(row):
             self.broker.enqueue(message_to(subscriber, envelope))
 
-    def mark_published(self, ids: list[int]) -> None:
-        if ids:
-            OutboxMessage.objects.filter(id__in=ids).update(published_at=timezone.now(), claimed_until=None)
+    def recipients(self, row: OutboxMessage) -> list[str]:
+        return [row.target_subscriber] if row.target_subscriber else subscribers_of(row.type)
+
+    def mark_published(self, rows: list[OutboxMessage]) -> None:
+        """Mark rows this relay still holds; a row claimed anew meanwhile (a replay reset it) stays to send."""
+        if rows:
+            OutboxMessage.objects.filter(id__in=[r.id for r in rows], claimed_by=rows[0].claimed_by).update(
+                published_at=timezone.now(), claimed_until=None
+            )
+
+    def _sending_lately(self) -> bool:
+        """Other rows went through lately: a row that fails alone is then to blame, not the broker."""
+        return self.last_success is not None and time.monotonic() - self.last_success < SUSPICION_SECONDS
+
+    def _release(self, rows: list[OutboxMessage]) -> None:
+        """Give back claims of rows not sent through no fault of their own: the attempt does not count."""
+        if rows:
+            OutboxMessage.objects.filter(id__in=[r.id for r in rows], claimed_by=rows[0].claimed_by).update(
+                claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0)
+            )
+
+    def _set_aside_if_hopeless(self, failure: _SendFailed) -> None:
+        row = failure.row
+        logger.warning("relay could not send %s (attempt %d): %s", row, row.send_attempts, failure)
+        if row.send_attempts < settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS:
+            return  # tried again when its lease expires
+        with transaction.atomic():
+            for subscriber in self.recipients(row):
+                record_dead_letter(
+                    subscriber=subscriber,
+                    body=row.envelope(),
+                    reason=Reason.UNSENDABLE,
+                    error=failure.error,
+                    attempts=row.send_attempts,
+                )
+            self.mark_published([row])
 
     def seconds_until_next_due(self) -> float | None:
-        soonest = OutboxMessage.objects.filter(published_at__isnull=True).aggregate(at=Min("available_at"))["at"]
+        """Until the soonest unpublished row is due and not leased by another relay."""
+        soonest = OutboxMessage.objects.filter(published_at__isnull=True).aggregate(
+            at=Min(Greatest("available_at", Coalesce("claimed_until", "available_at")))
+        )["at"]
         if soonest is None:
             return None
         return max(0.0, (soonest - timezone.now()).total_seconds())
@@ -131,12 +202,20 @@ class Relay:
             while not stop.is_set():
                 try:
                     self.drain(stop)
-                except (BrokerUnavailable, DatabaseError) as error:
+                    if on_progress:
+                        on_progress(self)
+                    if once:
+                        return
+                    poll = settings.OUTBOX_RELAY_POLL_SECONDS
+                    next_due = self.seconds_until_next_due()
+                except Exception as error:  # whatever it is, the relay outlives it
                     if once:
                         raise
                     if outage_since is None:
                         outage_since = time.monotonic()
-                        logger.warning("relay paused, will retry with backoff: %s", error)
+                        expected = isinstance(error, BrokerUnavailable | DatabaseError)
+                        logger.warning("relay paused, will retry with backoff: %s", error, exc_info=not expected)
+                    self.failed_rounds += 1
                     close_old_connections()
                     stop.wait(backoff)
                     backoff = min(backoff * 2, settings.OUTBOX_RELAY_MAX_BACKOFF_SECONDS)
@@ -144,12 +223,6 @@ class Relay:
                 if outage_since is not None:
                     logger.warning("relay resumed after %.1f s", time.monotonic() - outage_since)
                     outage_since, backoff = None, 0.5
-                if on_progress:
-                    on_progress(self)
-                if once:
-                    return
-                poll = settings.OUTBOX_RELAY_POLL_SECONDS
-                next_due = self.seconds_until_next_due()
                 waiter(poll if next_due is None else min(poll, next_due))
         finally:
             waiter.close()

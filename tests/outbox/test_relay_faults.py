@@ -1,0 +1,135 @@
+"""The relay under errors that are not a broker outage: poison rows, odd exceptions, replays in flight."""
+
+import threading
+from contextlib import contextmanager
+
+import dramatiq
+import pytest
+import redis
+
+from outbox.dead_letters import record_dead_letter, replay_dead_letter
+from outbox.models import DeadLetter, OutboxMessage
+from outbox.relay import BrokerUnavailable, Relay
+from tests.conftest import wait_until
+from tests.outbox.test_relay import in_thread
+from tests.probe.services import ping
+
+pytestmark = pytest.mark.integration
+
+
+class FaultyBroker:
+    """The real broker behind a door that can fail: sending the chosen messages (or all) raises `error`.
+
+    Dramatiq's middleware cannot inject this (it logs and swallows what a `before_enqueue` raises).
+    """
+
+    def __init__(self, broker: dramatiq.Broker):
+        self.broker, self.error, self.message_ids = broker, None, None
+
+    @contextmanager
+    def failing(self, error: Exception, rows: list[OutboxMessage] | None = None):
+        self.error, self.message_ids = error, None if rows is None else {str(r.message_id) for r in rows}
+        try:
+            yield
+        finally:
+            self.error = None
+
+    def enqueue(self, message, *, delay=None):
+        if self.error is not None and (self.message_ids is None or message.message_id in self.message_ids):
+            raise self.error
+        return self.broker.enqueue(message, delay=delay)
+
+
+def rows_of(pings) -> list[OutboxMessage]:
+    return [OutboxMessage.objects.get(stream=f"ping:{p.pk}") for p in pings]
+
+
+def test_a_poison_row_is_set_aside_as_a_dead_letter_and_the_rows_behind_it_flow(broker, transactional_db, settings):
+    settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 3
+    poison, *others = rows_of([ping(n=n) for n in range(5)])
+    door = FaultyBroker(broker)
+    relay = Relay(broker=door, lease_seconds=0.05)
+
+    with door.failing(redis.exceptions.ResponseError("OOM command not allowed"), [poison]):
+        assert relay.relay_batch() == 4  # the others go through at once
+        wait_until(
+            lambda: relay.relay_batch() is not None and DeadLetter.objects.count() == 2,
+            what="the poison row to be retried after its lease and set aside",
+        )
+
+    assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
+    letters = DeadLetter.objects.order_by("subscriber")
+    assert [(d.subscriber, d.reason, d.attempts, d.message_id) for d in letters] == [
+        ("probe_a", "unsendable", 3, poison.message_id),
+        ("probe_b", "unsendable", 3, poison.message_id),
+    ]
+    assert "OOM command not allowed" in letters[0].error
+
+
+def test_rows_confirmed_before_an_error_are_marked_and_the_rest_released_uncounted(broker, transactional_db):
+    first, *failing = rows_of([ping(n=n) for n in range(3)])
+
+    door = FaultyBroker(broker)
+    timeout = redis.exceptions.TimeoutError("Timeout reading from socket")
+    with door.failing(timeout, failing), pytest.raises(BrokerUnavailable):
+        Relay(broker=door).relay_batch()
+
+    first.refresh_from_db()
+    assert first.published_at is not None
+    for row in failing:
+        row.refresh_from_db()
+        assert (row.published_at, row.claimed_by, row.send_attempts) == (None, "", 0)
+
+
+def test_the_relay_outlives_any_error_and_backs_off_until_it_passes(broker, worker, caplog, settings):
+    settings.OUTBOX_RELAY_POLL_SECONDS = 0.05
+    ping(n=1)
+    stop, progress_failures = threading.Event(), []
+
+    def progress(_relay):
+        if not progress_failures:
+            progress_failures.append(1)
+            raise ValueError("a broken progress display")
+
+    door = FaultyBroker(broker)
+    with door.failing(RuntimeError("something nobody expected")):
+        running = in_thread(Relay(broker=door).run, stop=stop, on_progress=progress)
+        try:
+            wait_until(lambda: "relay paused" in caplog.text, what="the relay to back off")
+            assert running.is_alive()
+        except BaseException:
+            stop.set()
+            raise
+    try:
+        wait_until(
+            lambda: not OutboxMessage.objects.filter(published_at__isnull=True).exists(),
+            what="the relay to go on once the error stops",
+        )
+        wait_until(lambda: progress_failures, what="the progress callback to have failed once")
+        wait_until(lambda: "relay resumed" in caplog.text, what="the relay to resume")
+        assert running.is_alive()
+    finally:
+        stop.set()
+        running.join(10)
+    assert "something nobody expected" in caplog.text and "relay resumed" in caplog.text
+
+
+def test_a_replay_reset_while_an_older_send_was_in_flight_is_sent_again(transactional_db):
+    body = rows_of([ping(n=1)])[0].envelope()
+    letter = record_dead_letter(subscriber="probe_b", body=body, reason="handler_error")
+    replay_dead_letter(letter_id=letter.pk, by="ops")
+    in_flight = Relay().claim_batch()  # the first replay is being sent...
+    record_dead_letter(subscriber="probe_b", body=body, reason="handler_error")  # ...and failed again, quickly
+    replay_dead_letter(letter_id=letter.pk, by="ops")  # so the operator replays once more
+
+    Relay().mark_published([r for r in in_flight if r.target_subscriber])  # the first send's confirm arrives
+
+    second = OutboxMessage.objects.get(message_id=body["message_id"], target_subscriber="probe_b")
+    assert (second.published_at, second.claimed_by) == (None, "")  # still to send
+
+
+def test_a_row_leased_by_another_relay_is_not_due_until_its_lease_ends(transactional_db):
+    ping(n=1)
+    Relay(lease_seconds=30).claim_batch()  # another relay is sending it
+
+    assert Relay().seconds_until_next_due() > 25
