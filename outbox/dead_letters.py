@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from outbox.envelope import Envelope
 from outbox.models import DeadLetter, OutboxMessage
+from outbox.subscriptions import subscription
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,11 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
             envelope = Envelope.model_validate(letter.envelope)
         except ValidationError as error:
             raise CannotResolve(f"dead letter {letter.pk} holds no valid envelope; discard it instead") from error
+        if subscription(letter.subscriber, envelope.type) is None:
+            raise CannotResolve(
+                f"{letter.subscriber} no longer handles {envelope.type}: a replay would wait on a queue nobody "
+                "reads; discard it instead"
+            )
         original = OutboxMessage.objects.filter(message_id=envelope.message_id, target_subscriber="").first()
         now = timezone.now()
         row, _ = OutboxMessage.objects.update_or_create(
@@ -138,6 +144,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
                 "claimed_until": None,
                 "claimed_by": "",
                 "send_attempts": 0,
+                "recipients": [letter.subscriber],
             },
         )
         _resolve(letter, DeadLetter.Status.REPLAYED, by=by, note=note)

@@ -29,6 +29,9 @@ class OutboxMessage(models.Model):
     send_attempts = models.PositiveIntegerField(default=0)
     # A replay re-sends a dead-lettered message to the one subscriber that failed it.
     target_subscriber = models.CharField(max_length=100, blank=True, help_text="Blank: every subscriber.")
+    # Who must receive it, decided when it was published (by the code that published it), so a
+    # relay running other code (a rolling deploy) sends exactly these copies.
+    recipients = models.JSONField(default=list, help_text="Subscribers decided at publish time.")
 
     class Meta:
         indexes = [

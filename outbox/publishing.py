@@ -13,6 +13,7 @@ from django.utils import timezone
 from outbox.contracts import Event
 from outbox.envelope import Envelope
 from outbox.models import OutboxMessage, Stream
+from outbox.subscriptions import subscribers_of
 
 _handling: ContextVar[Envelope | None] = ContextVar("outbox_handling", default=None)
 
@@ -58,6 +59,7 @@ def publish(
         sequence=_next_sequence(stream, using=using),
         payload=event.model_dump(mode="json"),
         available_at=available_at or now,
+        recipients=subscribers_of(event.type),
     )
 
 

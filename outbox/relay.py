@@ -65,6 +65,7 @@ class Relay:
         self.relayed = 0
         self.last_success: float | None = None
         self.failed_rounds = 0  # rounds that ended in an error and a pause
+        self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
 
     def relay_batch(self) -> int:
         """Claim, send and mark one batch of due rows; return how many were published."""
@@ -138,6 +139,9 @@ class Relay:
             self.broker.enqueue(message_to(subscriber, envelope))
 
     def recipients(self, row: OutboxMessage) -> list[str]:
+        """Those decided at publish time; rows written before they were recorded fall back to the registry."""
+        if row.recipients:
+            return list(row.recipients)
         return [row.target_subscriber] if row.target_subscriber else subscribers_of(row.type)
 
     def mark_published(self, rows: list[OutboxMessage]) -> None:
@@ -223,7 +227,9 @@ class Relay:
                 if outage_since is not None:
                     logger.warning("relay resumed after %.1f s", time.monotonic() - outage_since)
                     outage_since, backoff = None, 0.5
+                self.idle.set()
                 waiter(poll if next_due is None else min(poll, next_due))
+                self.idle.clear()
         finally:
             waiter.close()
 

@@ -40,7 +40,7 @@ def correlation_timeline(correlation_id: UUID) -> list[dict]:
             "relayed_at": e.published_at,
             "subscribers": [
                 _handling(s, processed.get(e.message_id, {}).get(s), dead.get(e.message_id, {}).get(s))
-                for s in subscribers_of(e.type)
+                for s in (e.recipients or subscribers_of(e.type))
             ],
         }
         for e in events

@@ -9,7 +9,7 @@ from uuid import UUID
 from django.utils import timezone
 
 from outbox.dispatch import dispatch
-from outbox.models import OutboxMessage
+from outbox.models import DeadLetter, OutboxMessage
 from outbox.subscriptions import subscribers_of
 
 
@@ -37,11 +37,21 @@ class Choreography:
             self.hand_over(row, only=only)
         return len(rows)
 
-    def hand_over(self, row: OutboxMessage, *, only: str | None = None) -> None:
+    def hand_over(self, row: OutboxMessage, *, only: str | None = None, dead_letter_expected: bool = False) -> None:
+        """Dispatch `row` to its subscribers (or `only`); a dead letter fails the test unless expected.
+
+        Outside a worker a raising handler is dead-lettered at once instead of raising, so without
+        this check a crashing handler would pass unnoticed.
+        """
         for subscriber in subscribers_of(row.type):
             if only in (None, subscriber) and (row.id, subscriber) not in self.handed_over:
                 self.handed_over.add((row.id, subscriber))
                 dispatch(subscriber=subscriber, body=row.envelope())
+                letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=row.message_id).first()
+                if letter is not None and not dead_letter_expected:
+                    raise AssertionError(
+                        f"{subscriber} dead-lettered {row.type} ({letter.reason}): {letter.error}\n{letter.traceback}"
+                    )
 
     def settle(self, delivery_id: UUID, *, hold: tuple[str, ...] = ()) -> None:
         """Deliver everything due, in order, until nothing new appears; `hold` types stay pending."""

@@ -3,7 +3,7 @@
 import pytest
 from django.conf import settings
 
-from outbox.models import DeadLetter, InboxMessage
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from tests.conftest import wait_until
 from tests.outbox.conftest import envelope
 from tests.probe.models import Effect
@@ -80,3 +80,15 @@ def test_a_handler_that_rejects_a_message_dead_letters_it_with_its_own_reason(wo
 
     letter = wait_until(lambda: DeadLetter.objects.first(), what="a dead letter")
     assert (letter.reason, letter.attempts) == ("probe_refused", 1)
+
+
+def test_a_choreography_hand_over_fails_on_a_dead_letter_it_was_not_told_to_expect(db):
+    from tests.choreography import Choreography
+    from tests.probe.services import ping
+
+    row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1, fail={'probe_b': 'always'}).pk}")
+
+    with pytest.raises(AssertionError, match="probe_b dead-lettered probe.pinged"):
+        Choreography().hand_over(row)
+    Choreography().hand_over(row, only="probe_a")
+    Choreography().hand_over(row, dead_letter_expected=True)

@@ -152,6 +152,7 @@ def test_listen_notify_wakes_the_relay_long_before_its_poll(broker, worker, sett
     relay = Relay(broker=broker)
     running = in_thread(relay.run, stop=stop)
     try:
+        wait_until(relay.idle.is_set, what="the relay to have drained and gone to sleep")
         ping(n=1)
         wait_until(lambda: published_count() == 1, timeout=10, what="NOTIFY to wake the relay (poll is 60 s)")
     finally:

@@ -7,11 +7,12 @@ import dramatiq
 import pytest
 import redis
 
-from outbox.dead_letters import record_dead_letter, replay_dead_letter
+from outbox.dead_letters import CannotResolve, record_dead_letter, replay_dead_letter
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
 from tests.conftest import wait_until
 from tests.outbox.test_relay import in_thread
+from tests.probe.models import Effect
 from tests.probe.services import ping
 
 pytestmark = pytest.mark.integration
@@ -133,3 +134,35 @@ def test_a_row_leased_by_another_relay_is_not_due_until_its_lease_ends(transacti
     Relay(lease_seconds=30).claim_batch()  # another relay is sending it
 
     assert Relay().seconds_until_next_due() > 25
+
+
+def test_who_receives_an_event_is_decided_when_it_is_published_not_by_the_relaying_code(
+    broker, transactional_db, monkeypatch
+):
+    from outbox import subscriptions
+
+    row = rows_of([ping(n=1)])[0]
+    assert row.recipients == ["probe_a", "probe_b"]
+    older_code = {s: handlers for s, handlers in subscriptions._subscriptions.items() if s != "probe_b"}
+    with monkeypatch.context() as deploy:  # a relay of an older release, which has no probe_b yet
+        deploy.setattr(subscriptions, "_subscriptions", older_code)
+        assert Relay(broker=broker).drain() == 1
+
+    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        wait_until(lambda: Effect.objects.filter(subscriber="probe_b").exists(), what="probe_b's copy to arrive")
+    finally:
+        worker.stop(timeout=10_000)
+    assert Effect.objects.filter(subscriber="probe_a").count() == 1
+
+
+def test_a_replay_to_a_subscriber_that_no_longer_exists_is_refused(transactional_db):
+    body = rows_of([ping(n=1)])[0].envelope()
+    letter = record_dead_letter(subscriber="probe_gone", body=body, reason="handler_error")
+
+    with pytest.raises(CannotResolve, match="probe_gone no longer handles probe.pinged"):
+        replay_dead_letter(letter_id=letter.pk, by="ops")
+
+    assert not OutboxMessage.objects.filter(target_subscriber="probe_gone").exists()
+    assert DeadLetter.objects.get(pk=letter.pk).status == "open"
