@@ -64,8 +64,13 @@ def record_dead_letter(
     with transaction.atomic():
         updated = 0
         if message_id is not None:
-            updated = DeadLetter.objects.filter(subscriber=subscriber, message_id=message_id).update(
+            earlier = DeadLetter.objects.filter(subscriber=subscriber, message_id=message_id)
+            updated = earlier.exclude(status=DeadLetter.Status.DISCARDED).update(
                 attempts=F("attempts") + attempts, **details
+            )
+            # An operator gave up on it: a later failure adds up, but does not reopen it.
+            updated += earlier.filter(status=DeadLetter.Status.DISCARDED).update(
+                attempts=F("attempts") + attempts, **{k: v for k, v in details.items() if k != "status"}
             )
         if updated:
             letter = DeadLetter.objects.get(subscriber=subscriber, message_id=message_id)
@@ -152,6 +157,21 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
         letter.save()
     logger.info("replayed dead letter %s (%s for %s) by %s", letter.pk, letter.type, letter.subscriber, by or "?")
     return row
+
+
+def close_stale_replay(*, subscriber: str, envelope: Envelope) -> None:
+    """A replayed message of an ordered stream arrived after a newer one was applied, and was dropped:
+    say so on its letter, instead of leaving it "replayed" as if it had been processed."""
+    letter = (
+        DeadLetter.objects.select_for_update()
+        .filter(subscriber=subscriber, message_id=envelope.message_id, status=DeadLetter.Status.REPLAYED)
+        .first()
+    )
+    if letter is not None:
+        note = f"dropped on replay: {envelope.stream} had moved past #{envelope.sequence}"
+        _resolve(letter, DeadLetter.Status.DISCARDED, by="dispatch", note=note)
+        letter.save()
+        logger.info("replayed dead letter %s was stale and is discarded", letter.pk)
 
 
 def discard_dead_letter(*, letter_id: int, by: str, note: str) -> DeadLetter:

@@ -23,7 +23,7 @@ from dramatiq.rate_limits import RateLimitExceeded
 from pydantic import ValidationError
 
 from outbox.contracts import upcast
-from outbox.dead_letters import Reason, Rejected, record_dead_letter
+from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter
 from outbox.envelope import Envelope
 from outbox.limits import within_limits
 from outbox.models import InboxMessage
@@ -73,6 +73,10 @@ def _refuse_unacceptable(sub: Subscription | None, subscriber: str, envelope: En
         raise Rejected(Reason.UNKNOWN_TYPE, f"{subscriber} has no handler for {envelope.type}")
     if envelope.hops > settings.OUTBOX_MAX_HOPS:
         raise Rejected(Reason.LOOP_DETECTED, f"{envelope.hops} hops exceed OUTBOX_MAX_HOPS={settings.OUTBOX_MAX_HOPS}")
+
+
+def _refuse_expired() -> None:
+    """Checked once the message is known to be new: an old copy of a processed one is a duplicate, not expired."""
     message = CurrentMessage.get_current_message()
     age = time.time() - message.message_timestamp / 1000 if message else 0
     if age > settings.OUTBOX_MESSAGE_TTL_SECONDS:
@@ -109,9 +113,11 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
             )
             logger.info("%s skipped duplicate %s %s", sub.subscriber, envelope.type, envelope.message_id)
             return False
+        _refuse_expired()  # raises out of the block: the inbox row is rolled back with it
         if sub.ordered:
             position = advance(subscriber=sub.subscriber, stream=envelope.stream, sequence=envelope.sequence)
             if position == Position.STALE:
+                close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
                 return False
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))

@@ -216,3 +216,24 @@ def test_a_compensation_runs_once_however_often_its_event_is_delivered(customer,
     assert choreography.published_types(delivery_id).count("drone.released") == 1
     assert choreography.published_types(delivery_id).count("package.cancelled") == 1
     assert InboxMessage.objects.get(subscriber="drones", message_id=cancelled.message_id).duplicates == 2
+
+
+def test_a_replayed_report_older_than_one_applied_is_dropped_and_its_letter_says_so(customer, fleet, choreography):
+    from outbox.dead_letters import record_dead_letter, replay_dead_letter
+    from outbox.models import DeadLetter, OutboxMessage
+
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, second, third = choreography.pending(delivery_id, "drone.position_reported")
+    choreography.hand_over(first)
+    letter = record_dead_letter(subscriber="deliveries", body=second.envelope(), reason="handler_error")
+    choreography.hand_over(third)  # the stream moves on past the failed one
+
+    replay_dead_letter(letter_id=letter.pk, by="ops")
+    replayed = OutboxMessage.objects.get(message_id=second.message_id, target_subscriber="deliveries")
+    assert dispatch(subscriber="deliveries", body=replayed.envelope()) is False
+
+    letter.refresh_from_db()
+    assert letter.status == "discarded" and "dropped on replay" in letter.note and letter.resolved_by == "dispatch"
+    assert Delivery.objects.get(id=delivery_id).last_known_location["latitude"] == third.payload["latitude"]
+    assert not DeadLetter.objects.filter(status="open").exists()

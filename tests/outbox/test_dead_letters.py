@@ -152,3 +152,29 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired(worker, broker, sett
     )
     assert {letter.reason for letter in letters} == {"expired"}
     assert not Effect.objects.exists()
+
+
+def test_an_old_copy_of_a_processed_message_is_a_duplicate_not_expired(worker, broker, settings):
+    ping(n=1)
+    relay_everything(broker)
+    wait_until(lambda: Effect.objects.count() == 2, what="both subscribers to process it")
+    settings.OUTBOX_MESSAGE_TTL_SECONDS = -1  # every copy from now on is too old
+    OutboxMessage.objects.update(published_at=None)  # the relay sends it again (as after a crash)
+
+    relay_everything(broker)
+
+    wait_until(lambda: InboxMessage.objects.filter(duplicates=1).count() == 2, what="both copies to be skipped")
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_discarded_letter_stays_discarded_when_its_message_fails_again(db):
+    from outbox.dead_letters import record_dead_letter
+
+    body = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}").envelope()
+    letter = record_dead_letter(subscriber="probe_b", body=body, reason="handler_error")
+    discard_dead_letter(letter_id=letter.pk, by="ops", note="customer refunded")
+
+    record_dead_letter(subscriber="probe_b", body=body, reason="handler_error", attempts=4)
+
+    letter.refresh_from_db()
+    assert (letter.status, letter.attempts) == ("discarded", 5)
