@@ -97,6 +97,8 @@ OUTBOX_MAX_RETRIES = int(os.environ.get("OUTBOX_MAX_RETRIES", "5"))
 OUTBOX_MIN_BACKOFF_MS = int(os.environ.get("OUTBOX_MIN_BACKOFF_MS", "1000"))
 OUTBOX_MAX_BACKOFF_MS = int(os.environ.get("OUTBOX_MAX_BACKOFF_MS", "60000"))
 OUTBOX_MAX_HOPS = int(os.environ.get("OUTBOX_MAX_HOPS", "32"))
+# Further attempts (with the same backoff) when even writing the dead letter fails.
+OUTBOX_DEAD_LETTER_RETRIES = int(os.environ.get("OUTBOX_DEAD_LETTER_RETRIES", "20"))
 # A message still undelivered this long after the relay sent it (queued, retried) is
 # dead-lettered as `expired`: acting on a stale fact does more harm than good. A replay is
 # a fresh send, so an operator can still replay an old dead letter.

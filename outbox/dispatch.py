@@ -3,8 +3,10 @@
 In one transaction it records the message in the subscriber's inbox, runs the handler and
 keeps whatever the handler published; a redelivered message finds its inbox row and is
 skipped. A message that can never succeed is dead-lettered at once; one that keeps failing
-is retried with bounded exponential backoff and then dead-lettered. Nothing is acknowledged
-and forgotten.
+(an exception, or Dramatiq's time limit) is retried with bounded exponential backoff and then
+dead-lettered. If the dead letter itself cannot be written (the database fails over), the
+message is retried again, up to OUTBOX_DEAD_LETTER_RETRIES more times, instead of being
+acknowledged and forgotten.
 """
 
 import logging
@@ -19,6 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.rate_limits import RateLimitExceeded
 from pydantic import ValidationError
 
@@ -53,9 +56,10 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
         return False
     except RateLimitExceeded:
         _put_back_without_spending_a_retry()
-    except Exception as error:
+    except (Exception, TimeLimitExceeded) as error:
         retries, first_failed_at = _failures_so_far()
         if retries >= settings.OUTBOX_MAX_RETRIES:
+            # Should this raise, Dramatiq retries the message: its actor allows the extra attempts.
             record_dead_letter(
                 subscriber=subscriber,
                 body=body,

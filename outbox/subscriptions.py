@@ -137,7 +137,9 @@ def declare_actors(broker: dramatiq.Broker) -> None:
             actor_name=actor_name(subscriber),
             queue_name=queue_name(subscriber),
             broker=broker,
-            max_retries=settings.OUTBOX_MAX_RETRIES,
+            # Beyond OUTBOX_MAX_RETRIES dispatch dead-letters the message itself; the extra attempts
+            # are for when even that fails, so the message is never failed into Dramatiq's own queue.
+            max_retries=settings.OUTBOX_MAX_RETRIES + settings.OUTBOX_DEAD_LETTER_RETRIES,
             min_backoff=settings.OUTBOX_MIN_BACKOFF_MS,
             max_backoff=settings.OUTBOX_MAX_BACKOFF_MS,
         )

@@ -178,3 +178,74 @@ def test_a_discarded_letter_stays_discarded_when_its_message_fails_again(db):
 
     letter.refresh_from_db()
     assert (letter.status, letter.attempts) == ("discarded", 5)
+
+
+@pytest.fixture
+def dead_letter_store_down(transactional_db):
+    """A real failure of the dead-letter table (a trigger refuses writes while a flag row exists)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE TABLE probe_dead_letter_outage (down boolean);
+            INSERT INTO probe_dead_letter_outage VALUES (true);
+            CREATE FUNCTION probe_refuse_dead_letters() RETURNS trigger AS $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM probe_dead_letter_outage) THEN
+                RAISE EXCEPTION 'dead-letter store unavailable';
+              END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER probe_refuse_dead_letters BEFORE INSERT OR UPDATE ON outbox_deadletter
+              FOR EACH ROW EXECUTE FUNCTION probe_refuse_dead_letters();
+            """
+        )
+
+    def restore():
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM probe_dead_letter_outage")
+
+    yield restore
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DROP TRIGGER probe_refuse_dead_letters ON outbox_deadletter; "
+            "DROP FUNCTION probe_refuse_dead_letters(); DROP TABLE probe_dead_letter_outage;"
+        )
+
+
+@pytest.mark.postgres
+def test_a_dead_letter_that_cannot_be_written_is_retried_until_it_can_be(
+    dead_letter_store_down, worker, broker, caplog
+):
+    ping(n=1, fail={"probe_b": "always"})
+    relay_everything(broker)
+
+    wait_until(
+        lambda: caplog.text.count("dead-letter store unavailable") >= 3,
+        what="writing the dead letter to fail on several attempts past the handler's retries",
+    )
+    assert not DeadLetter.objects.exists()
+    dead_letter_store_down()  # the database is back
+
+    [letter] = dead_letters_for("probe_b", 1)
+    assert (letter.reason, letter.type) == ("handler_error", "probe.pinged")
+
+
+def test_a_handler_stopped_by_the_time_limit_is_dead_lettered_like_any_failure(worker, broker):
+    from dramatiq.middleware import TimeLimit
+
+    from outbox.subscriptions import message_to
+    from tests.outbox.conftest import envelope
+
+    time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
+    if not time_limit.manager.is_alive():
+        time_limit.after_process_boot(broker)  # what `rundramatiq` does at boot; an in-process Worker does not
+    message = message_to("probe_b", envelope(payload={"n": 1, "fail": {"probe_b": "stuck"}}))
+    message.options["time_limit"] = 100  # ms; Dramatiq's TimeLimit interrupts with a BaseException
+
+    broker.enqueue(message)
+
+    [letter] = dead_letters_for("probe_b", 1)
+    assert letter.reason == "handler_error" and letter.exception_type.endswith("TimeLimitExceeded")
+    assert letter.attempts == settings.OUTBOX_MAX_RETRIES + 1

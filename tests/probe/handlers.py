@@ -43,6 +43,9 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
         finally:
             with _running_lock:
                 _running[0] -= 1
+    if mode == "stuck":  # longer than any time limit a test sets; short waits, so the limit can interrupt
+        for _ in range(100):
+            threading.Event().wait(0.05)
     if mode == "reject":
         raise Rejected("probe_refused", f"{subscriber} refuses this ping")
 
