@@ -115,6 +115,15 @@ OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOF
 # A row that fails to send this many times while the rows around it go through is set aside
 # as a dead letter (`unsendable`), one per subscriber it had not reached.
 OUTBOX_RELAY_MAX_SEND_ATTEMPTS = int(os.environ.get("OUTBOX_RELAY_MAX_SEND_ATTEMPTS", "5"))
+# The redelivery sweep (outbox/sweep.py), run by every relay each OUTBOX_SWEEP_INTERVAL_SECONDS
+# and by `manage.py sweep_unacknowledged`: a subscriber that has neither processed nor
+# dead-lettered an event GRACE seconds after it was relayed gets it again, at most MAX_RESENDS
+# times, then a `never_acknowledged` dead letter. GRACE must exceed the worst normal latency plus
+# the retry horizon (OUTBOX_MAX_RETRIES backoffs); events relayed more than HORIZON ago are left.
+OUTBOX_SWEEP_INTERVAL_SECONDS = float(os.environ.get("OUTBOX_SWEEP_INTERVAL_SECONDS", "60"))
+OUTBOX_SWEEP_GRACE_SECONDS = float(os.environ.get("OUTBOX_SWEEP_GRACE_SECONDS", "900"))
+OUTBOX_SWEEP_MAX_RESENDS = int(os.environ.get("OUTBOX_SWEEP_MAX_RESENDS", "3"))
+OUTBOX_SWEEP_HORIZON_SECONDS = float(os.environ.get("OUTBOX_SWEEP_HORIZON_SECONDS", str(7 * 24 * 3600)))
 
 LOGGING = {
     "version": 1,

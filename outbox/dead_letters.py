@@ -30,6 +30,7 @@ class Reason(StrEnum):
     HANDLER_ERROR = "handler_error"
     COMPENSATION_FAILED = "compensation_failed"
     UNSENDABLE = "unsendable"  # the relay kept failing to hand this row to the broker
+    NEVER_ACKNOWLEDGED = "never_acknowledged"  # the sweep sent it again and again; no inbox, no dead letter
 
 
 class Rejected(Exception):
@@ -149,6 +150,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
                 "claimed_until": None,
                 "claimed_by": "",
                 "send_attempts": 0,
+                "resends": 0,
                 "recipients": [letter.subscriber],
             },
         )

@@ -32,6 +32,10 @@ class OutboxMessage(models.Model):
     # Who must receive it, decided when it was published (by the code that published it), so a
     # relay running other code (a rolling deploy) sends exactly these copies.
     recipients = models.JSONField(default=list, help_text="Subscribers decided at publish time.")
+    # The redelivery sweep (outbox.sweep): when every recipient had acknowledged it, and, on a
+    # copy for one subscriber, how many times the sweep sent it again.
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    resends = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         indexes = [
@@ -39,6 +43,11 @@ class OutboxMessage(models.Model):
                 fields=["available_at", "id"],
                 condition=Q(published_at__isnull=True),
                 name="outbox_pending_idx",
+            ),
+            models.Index(
+                fields=["published_at", "id"],
+                condition=Q(acknowledged_at__isnull=True, target_subscriber="", published_at__isnull=False),
+                name="outbox_unsettled_idx",
             ),
         ]
         constraints = [

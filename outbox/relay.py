@@ -32,6 +32,7 @@ from django.utils import timezone
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
 from outbox.subscriptions import message_to, subscribers_of
+from outbox.sweep import sweep_unacknowledged
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class Relay:
         self.last_success: float | None = None
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
+        self.next_sweep = 0.0  # monotonic time of the next redelivery sweep
 
     def relay_batch(self) -> int:
         """Claim, send and mark one batch of due rows; return how many were published."""
@@ -206,6 +208,9 @@ class Relay:
             while not stop.is_set():
                 try:
                     self.drain(stop)
+                    if not once and time.monotonic() >= self.next_sweep:
+                        self.next_sweep = time.monotonic() + settings.OUTBOX_SWEEP_INTERVAL_SECONDS
+                        sweep_unacknowledged()
                     if on_progress:
                         on_progress(self)
                     if once:

@@ -1,0 +1,24 @@
+from django.core.management.base import BaseCommand
+
+from outbox.sweep import sweep_unacknowledged
+
+
+class Command(BaseCommand):
+    help = (
+        "Send relayed events again to each subscriber that has neither processed nor dead-lettered them "
+        "OUTBOX_SWEEP_GRACE_SECONDS after they were relayed; after OUTBOX_SWEEP_MAX_RESENDS copies, dead-letter them "
+        "as never_acknowledged. Every relay runs the same sweep each OUTBOX_SWEEP_INTERVAL_SECONDS."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--limit", type=int, default=5000, help="Unsettled events to look at in this run.")
+
+    def handle(self, *, limit, **options):
+        swept = sweep_unacknowledged(limit=limit)
+        if swept.skipped:
+            self.stdout.write("another process is sweeping; nothing done")
+            return
+        self.stdout.write(
+            f"looked at {swept.looked_at} unsettled events: {swept.settled} acknowledged by every subscriber, "
+            f"{swept.resent} copies sent again, {swept.dead_lettered} dead-lettered as never_acknowledged"
+        )
