@@ -1,0 +1,53 @@
+"""Outages of the real broker: every connection to RabbitMQ closed under the relay and the workers."""
+
+import subprocess
+import threading
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+
+from outbox.models import OutboxMessage
+from outbox.relay import Relay
+from tests.conftest import wait_until
+from tests.outbox.test_relay import effects_per_message, in_thread
+from tests.probe.models import Effect
+from tests.probe.services import ping
+
+pytestmark = pytest.mark.integration
+
+
+def close_every_broker_connection() -> None:
+    subprocess.run(
+        ["rabbitmqctl", "close_all_connections", "outage test: every connection closed"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_when_rabbitmq_closes_every_connection_relay_and_workers_reconnect_and_nothing_is_lost(worker, broker):
+    if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
+        pytest.skip("closes RabbitMQ's connections: needs BROKER_URL=amqp://")
+    stop = threading.Event()
+    running = in_thread(Relay(broker=broker).run, stop=stop)
+    try:
+        for n in range(10):
+            ping(n=n)
+        wait_until(lambda: Effect.objects.count() == 20, what="the first 10 events to be processed")
+
+        close_every_broker_connection()
+        for n in range(10, 40):
+            ping(n=n)  # what requests do meanwhile: they commit, whatever the broker's state
+
+        wait_until(
+            lambda: not OutboxMessage.objects.filter(published_at__isnull=True).exists(),
+            timeout=90,
+            what="the relay to reconnect and drain",
+        )
+        wait_until(lambda: Effect.objects.count() >= 80, timeout=90, what="the workers to reconnect and process")
+    finally:
+        stop.set()
+        running.join(10)
+        del broker.connection  # this thread's own connection was closed too; the fixtures' teardown needs one
+    assert effects_per_message() == {1: 80}
