@@ -54,9 +54,9 @@ def test_sequence_counts_per_stream():
     assert other == 1
 
 
-@pytest.mark.django_db
-def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop():
-    cause = Envelope(
+def a_cause(*, hops: int) -> Envelope:
+    """The message a handler is handling, `hops` away from its origin."""
+    return Envelope(
         message_id=uuid.uuid4(),
         type="probe.pinged",
         version=1,
@@ -64,9 +64,14 @@ def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop
         correlation_id=uuid.uuid4(),
         stream="ping:1",
         sequence=1,
-        hops=2,
+        hops=hops,
         payload={"n": 1},
     )
+
+
+@pytest.mark.django_db
+def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop():
+    cause = a_cause(hops=2)
     with transaction.atomic(), handling(cause):
         row = publish(ProbeEchoed(n=2), stream="echo:a")
         same = publish(ProbeEchoed(n=3), stream="echo:a", correlation_id=cause.correlation_id)
@@ -80,17 +85,7 @@ def test_an_event_published_while_handling_inherits_correlation_and_counts_a_hop
 @pytest.mark.django_db
 def test_a_handler_starting_another_story_keeps_the_cause_and_counts_hops_from_zero():
     """A drone freed by one delivery takes the next: that is the next delivery's story, not a loop."""
-    cause = Envelope(
-        message_id=uuid.uuid4(),
-        type="probe.pinged",
-        version=1,
-        occurred_at="2026-01-01T00:00:00Z",
-        correlation_id=uuid.uuid4(),
-        stream="ping:1",
-        sequence=1,
-        hops=7,
-        payload={"n": 1},
-    )
+    cause = a_cause(hops=7)
     other_story = uuid.uuid4()
     with transaction.atomic(), handling(cause):
         row = publish(ProbeEchoed(n=2), stream="echo:a", correlation_id=other_story)
