@@ -1,6 +1,7 @@
 """Settings read from the environment (12-factor); the defaults run the embedded system."""
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -59,10 +60,29 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-# Persistent connections (seconds) serve gunicorn's long-lived workers; run_all sets 0 for
-# runserver, whose thread per request would leave one open connection behind per thread.
+# On PostgreSQL every process draws its connections from a psycopg pool of its own, so the
+# total is bounded by (web processes + relays + worker processes) x DJANGO_DB_POOL_MAX_SIZE
+# (+1 LISTEN connection per relay), whatever the number of threads: a request or a message
+# waits up to DJANGO_DB_POOL_TIMEOUT seconds for a free connection, then gets a 503.
+# DJANGO_DB_POOL_MAX_SIZE=0 turns the pool off; DJANGO_CONN_MAX_AGE then keeps connections.
+DB_POOL_MAX_SIZE = int(os.environ.get("DJANGO_DB_POOL_MAX_SIZE", "4"))
+DB_POOL_TIMEOUT = float(os.environ.get("DJANGO_DB_POOL_TIMEOUT", "10"))
 CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE, conn_health_checks=True)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_MAX_SIZE > 0:
+    # The pool keeps the connections (Django refuses persistent ones beside it); with
+    # CONN_HEALTH_CHECKS it checks each before handing it out, so one that died with a database
+    # restart is replaced, not used.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        # Which process a connection belongs to, in pg_stat_activity: "manage.py relay_outbox".
+        "application_name": " ".join(Path(arg).name for arg in sys.argv[:2])[:63],
+        "pool": {
+            "min_size": 1,
+            "max_size": DB_POOL_MAX_SIZE,
+            "timeout": DB_POOL_TIMEOUT,
+        },
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     # Web, relay and workers are separate processes on one file: WAL lets readers run beside
@@ -140,6 +160,9 @@ DELIVERY_JOIN_TIMEOUT_SECONDS = float(os.environ.get("DELIVERY_JOIN_TIMEOUT_SECO
 # A delivery without a deadline waits for a drone at most this long (from its pickup time),
 # then fails with no_drone_available.
 DELIVERY_MAX_WAIT_SECONDS = float(os.environ.get("DELIVERY_MAX_WAIT_SECONDS", "7200"))
+# A delivery in transit this long past its ETA is overdue: its arrival or its drone's reports
+# never came. Operators see it in the admin's "overdue deliveries" list.
+DELIVERY_OVERDUE_AFTER_SECONDS = float(os.environ.get("DELIVERY_OVERDUE_AFTER_SECONDS", "900"))
 # A pickupTime in the past by more than this is refused (422); within it, it means "now".
 DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS = float(os.environ.get("DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS", "300"))
 

@@ -7,7 +7,7 @@ import uuid
 os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
 
 from delivery_project.settings import *  # noqa: E402,F403
-from delivery_project.settings import DATABASES, INSTALLED_APPS, VAR_DIR  # noqa: E402
+from delivery_project.settings import CONN_MAX_AGE, DATABASES, INSTALLED_APPS, VAR_DIR  # noqa: E402
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
 
@@ -16,6 +16,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not pytest-django's in-memory default, so worker threads and subprocesses see it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"{RUN_ID}.sqlite3")}
 else:
+    if os.environ.get("STARTED_BY_TESTS") != "1":
+        # pytest's own threads (a relay in a thread, threads on a barrier) never hand a connection
+        # back the way a request or a message does, so the pytest process keeps one per thread;
+        # the processes the tests start (STARTED_BY_TESTS=1) draw from the pool as production does.
+        DATABASES["default"]["OPTIONS"].pop("pool", None)
+        DATABASES["default"]["CONN_MAX_AGE"] = CONN_MAX_AGE
     # A throwaway database of this run's own: two runs on one server never meet.
     DATABASES["default"]["TEST"] = {"NAME": f"{DATABASES['default']['NAME']}_{RUN_ID}"}
 

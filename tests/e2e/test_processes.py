@@ -33,7 +33,12 @@ test_database_url.__test__ = False
 
 @pytest.fixture
 def env(transactional_db, broker):
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": test_database_url()}
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": test_database_url(),
+        "STARTED_BY_TESTS": "1",
+    }
 
 
 @pytest.fixture

@@ -1,16 +1,20 @@
 """`./dev up` (run_all): web, relay and workers as processes that serve requests and stop together."""
 
+import json
 import signal
 import socket
 import subprocess
+import threading
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
 
+from outbox.models import InboxMessage
 from tests.conftest import wait_until
-from tests.deliveries.conftest import Customer
+from tests.deliveries.conftest import Customer, delivery_request
 from tests.e2e.test_processes import MANAGE, env  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
@@ -32,31 +36,64 @@ def answers(url: str, token: str | None = None) -> int | None:
 
 
 def connections_to_this_database() -> int:
+    """Other sessions on the test database (this sampler's own not counted)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
         return cursor.fetchone()[0]
 
 
-def test_run_all_serves_many_requests_without_piling_up_connections_and_stops_on_ctrl_c(env):  # noqa: F811
+class ConnectionSampler(threading.Thread):
+    """Counts the database's connections every 50 ms while a burst runs; `peak` is the most seen."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop, self.peak, self.samples = threading.Event(), 0, 0
+
+    def run(self):
+        try:
+            while not self.stop.wait(0.05):
+                self.peak, self.samples = max(self.peak, connections_to_this_database()), self.samples + 1
+        finally:
+            connection.close()
+
+
+POOL, WORKER_PROCESSES, THREADS = 4, 2, 8
+
+
+def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_ctrl_c(env):  # noqa: F811
     port, token = a_free_port(), Customer("alice").token
     system = subprocess.Popen(
-        [*MANAGE, "run_all", "--addr", f"127.0.0.1:{port}"],
-        env=env,
+        [
+            *MANAGE,
+            "run_all",
+            "--addr",
+            f"127.0.0.1:{port}",
+            "--processes",
+            str(WORKER_PROCESSES),
+            "--threads",
+            str(THREADS),
+        ],
+        env={**env, "DJANGO_DB_POOL_MAX_SIZE": str(POOL)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    sampler = ConnectionSampler()
     try:
         url = f"http://127.0.0.1:{port}/api/deliveries"
         wait_until(lambda: answers(url, token) == 200, timeout=60, what="the web server to answer")
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            statuses = list(pool.map(lambda _: answers(url, token), range(120)))
-        assert statuses == [200] * 120
-        if connection.vendor == "postgresql":
-            # runserver answers each request on a thread of its own: with persistent connections
-            # each thread would leave one open (PostgreSQL refuses clients past max_connections).
-            assert connections_to_this_database() < 30
+        sampler.start()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            created = list(pool.map(lambda _: post_delivery_request(port, token), range(160)))
+            listed = list(pool.map(lambda _: answers(url, token), range(160)))
+        assert created == [202] * 160
+        assert listed == [200] * 160
+        # Every delivery request sets the choreography going in the workers' 16 threads meanwhile.
+        wait_until(lambda: delivery_requests_handled() == 160, timeout=60, what="the workers to handle all 160")
     finally:
+        sampler.stop.set()
         # Ctrl-C even when an assertion failed: run_all stops its children, which a kill would orphan.
         system.send_signal(signal.SIGINT)
         try:
@@ -65,3 +102,30 @@ def test_run_all_serves_many_requests_without_piling_up_connections_and_stops_on
             system.kill()
     assert system.returncode == 0, output
     assert "running web, relay-1, workers" in output
+    sampler.join(5)
+    if connection.vendor == "postgresql":
+        # web + relay + 2 worker processes, each with its own pool, + the relay's LISTEN connection
+        # + this test's own; without pools: a connection per worker thread and per request thread.
+        budget = (1 + 1 + WORKER_PROCESSES) * POOL + 1 + 1
+        assert sampler.samples > 10
+        assert 0 < sampler.peak <= budget, f"{sampler.peak} connections at the peak, budget {budget}"
+
+
+def post_delivery_request(port: int, token: str) -> int | None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/deliveryrequests",
+        data=json.dumps(delivery_request()).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def delivery_requests_handled() -> int:
+    return InboxMessage.objects.filter(subscriber="packages", type="delivery.requested").count()

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connection, connections
 
 from delivery_project.broker import describe
 
@@ -29,6 +30,10 @@ class Command(BaseCommand):
         self.stdout.write(f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
         self.stdout.write(f"broker:   {describe(settings.BROKER_URL)}")
         call_command("migrate", interactive=False, verbosity=0)
+        # This supervisor needs no connection while its children run: not even an idle pooled one.
+        connections.close_all()
+        if hasattr(connection, "close_pool") and connection.pool:
+            connection.close_pool()
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runserver", addr, "--noreload"],
