@@ -4,6 +4,7 @@ import json
 from uuid import UUID, uuid4
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -53,7 +54,17 @@ api = NinjaAPI(
     parser=JsonBodyParser(),
     urls_namespace="api",
 )
-ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut, 422: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    415: ErrorOut,
+    422: ErrorOut,
+    503: ErrorOut,
+}
+RETRY_AFTER_SECONDS = 5
 
 
 def _error(request, status: int, detail: str, errors: list[dict] | None = None) -> HttpResponse:
@@ -98,6 +109,21 @@ def unauthenticated(request, exc):
 @api.exception_handler(RequestDataTooBig)
 def too_big(request, exc):
     return _error(request, 413, "the body is larger than 64 KiB", [{"field": "body", "message": "too large"}])
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def database_unavailable(request, exc):
+    """The database restarts, or every pooled connection stayed busy. A write is one transaction,
+    so it either committed whole or not at all; resending with the same Idempotency-Key is safe."""
+    response = _error(
+        request,
+        503,
+        "the database is unavailable; retry later with the same Idempotency-Key",
+        [{"field": "database", "message": "unreachable or busy"}],
+    )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def _own(request, delivery_id: UUID) -> Delivery:

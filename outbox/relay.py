@@ -253,23 +253,35 @@ class _Waiter:
 
 
 class _NotifyWaiter(_Waiter):
-    """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout."""
+    """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout.
+
+    After a database restart it listens again on a new connection; until that succeeds it
+    polls, so a lost connection costs latency, never a message.
+    """
 
     def __init__(self, stop: threading.Event):
         super().__init__(stop)
+        self.conn = self._listen()
+
+    @staticmethod
+    def _listen() -> psycopg.Connection:
         params = connection.get_connection_params()
         for key in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(key, None)
-        self.conn = psycopg.connect(**params, autocommit=True)
-        self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        conn = psycopg.connect(**params, autocommit=True, connect_timeout=5)
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        return conn
 
     def __call__(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
+            if self.conn.closed:
+                self.conn = self._listen()
             while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
                 for _ in self.conn.notifies(timeout=min(left, 0.5), stop_after=1):
                     return
         except psycopg.Error:
+            self.conn.close()
             super().__call__(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
