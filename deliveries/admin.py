@@ -1,8 +1,9 @@
 from django.contrib import admin, messages
 from django.template.loader import render_to_string
+from django.utils.timesince import timesince
 
 from deliveries import selectors, services
-from deliveries.models import Customer, Delivery
+from deliveries.models import Customer, Delivery, OverdueDelivery
 from outbox.admin import ReadOnlyAdmin, timeline_link
 
 
@@ -50,6 +51,22 @@ class DeliveryAdmin(ReadOnlyAdmin):
             except services.TooLate as error:
                 self.message_user(request, f"{delivery.pk}: {error}", messages.WARNING)
         self.message_user(request, "Cancellation requested; compensations follow through events.", messages.INFO)
+
+
+@admin.register(OverdueDelivery)
+class OverdueDeliveryAdmin(DeliveryAdmin):
+    """In transit long past the ETA: the deliveries no event will finish by itself."""
+
+    list_display = ["id", "customer", "eta", "overdue_by", "drone_id", "last_known_location", "timeline"]
+    list_filter = ["created_at"]
+    actions = []
+
+    def get_queryset(self, request):
+        return selectors.overdue_deliveries()
+
+    @admin.display(description="past its ETA by")
+    def overdue_by(self, delivery):
+        return timesince(delivery.eta)
 
 
 @admin.register(Customer)

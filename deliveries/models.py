@@ -82,3 +82,13 @@ class Delivery(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL
+
+
+class OverdueDelivery(Delivery):
+    """Deliveries in transit well past their ETA, as operators see them: nothing arrived, nobody
+    failed them, so a person has to look (the drone's status, the timeline, the dead letters)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "overdue delivery"
+        verbose_name_plural = "overdue deliveries"

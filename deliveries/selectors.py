@@ -1,8 +1,11 @@
 """Reads the API needs: a customer's own deliveries, and one delivery's timeline."""
 
+from datetime import timedelta
 from uuid import UUID
 
+from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from deliveries.models import Customer, Delivery
 from outbox.timeline import correlation_timeline
@@ -15,6 +18,15 @@ def deliveries_of(customer: Customer) -> QuerySet[Delivery]:
 def delivery_of(customer: Customer, delivery_id: UUID) -> Delivery | None:
     """The customer's delivery, or None: another customer's delivery does not exist for them."""
     return Delivery.objects.filter(customer=customer, id=delivery_id).first()
+
+
+def overdue_deliveries() -> QuerySet[Delivery]:
+    """In transit more than DELIVERY_OVERDUE_AFTER_SECONDS past the ETA, oldest ETA first.
+
+    A query, not a timer: it flags a delivery whose every later event was lost as well.
+    """
+    late = timezone.now() - timedelta(seconds=settings.DELIVERY_OVERDUE_AFTER_SECONDS)
+    return Delivery.objects.filter(status=Delivery.Status.IN_TRANSIT, eta__lt=late).order_by("eta")
 
 
 def timeline(delivery: Delivery) -> list[dict]:

@@ -1,5 +1,6 @@
 """The operators' console: staff only, read-only state, actions that call services."""
 
+from datetime import timedelta
 from uuid import UUID
 
 import pytest
@@ -177,3 +178,19 @@ def test_the_waiting_list_shows_who_waits_in_line_order_and_the_fleet_page_sums_
     fleet = admin_client.get("/admin/drones/drone/").content.decode()
     assert "Fleet: 0 available, 1 reserved, 0 in flight, 0 maintenance." in fleet
     assert "Waiting list: 2 waiting for a drone, 0 planned for later." in fleet
+
+
+def test_a_delivery_in_transit_long_past_its_eta_is_listed_as_overdue(admin_client, settings):
+    settings.DELIVERY_OVERDUE_AFTER_SECONDS = 600
+    alice, now = Customer("alice"), timezone.now()
+    lost, late_but_not_yet, arrived = (UUID(alice.request().json()["deliveryId"]) for _ in range(3))
+    Delivery.objects.filter(pk=lost).update(status="in_transit", eta=now - timedelta(minutes=11))
+    Delivery.objects.filter(pk=late_but_not_yet).update(status="in_transit", eta=now - timedelta(minutes=9))
+    Delivery.objects.filter(pk=arrived).update(status="delivered", eta=now - timedelta(hours=1))
+
+    page = admin_client.get("/admin/deliveries/overduedelivery/")
+
+    assert page.status_code == 200
+    assert [d.pk for d in page.context["cl"].result_list] == [lost]
+    assert "11\xa0minutes" in page.content.decode()  # how long past its ETA
+    assert "Overdue deliveries" in admin_client.get("/admin/").content.decode()
