@@ -27,8 +27,8 @@ class Api:
         self.token, self.url = token, url.rstrip("/") if url else None
         self._local = threading.local()
 
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+    def call(self, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **(headers or {})}
         data = json.dumps(body).encode() if body is not None else None
         if self.url is None:
             client = getattr(self._local, "client", None) or Client()
@@ -38,7 +38,7 @@ class Api:
                 f"/api{path}",
                 data or b"",
                 content_type="application/json",
-                headers={"Authorization": headers["Authorization"]},
+                headers={k: v for k, v in headers.items() if k != "Content-Type"},
             )
             return response.status_code, _json(response.content)
         request = urllib.request.Request(f"{self.url}/api{path}", data=data, headers=headers, method=method)

@@ -1,0 +1,253 @@
+"""The chaos rig: the real system as separate processes under injected faults, then a ledger.
+
+`manage.py chaos` creates a database and a queue prefix of its own, starts web, two relays and
+two worker processes on them, submits delivery requests through the HTTP API and, at moments
+drawn from a seeded generator, kills and restarts a relay or a worker (SIGKILL), pauses one
+(SIGSTOP for longer than the broker's heartbeat, then SIGCONT) and closes every broker
+connection. When the system is quiet it checks the ledger (see `Ledger`), prints the verdict
+and removes its database and queues.
+"""
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from django.conf import settings
+from django.utils import timezone
+
+from deliveries.models import Delivery
+from drones.models import Drone
+from notifications.models import Notification
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+
+KINDS = ("kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections")
+TERMINAL = {"delivered", "failed", "cancelled"}
+# The notification each terminal status sends; its presence is the side effect checked.
+NOTIFIED = {"delivered": "completed", "failed": "failed", "cancelled": "cancelled"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds after the start of the submission
+    kind: str
+    target: str = ""
+
+    def __str__(self):
+        return f"t+{self.at:6.1f}s {self.kind}{' ' + self.target if self.target else ''}"
+
+
+def plan_faults(rng: random.Random, *, duration: float, per_kind: int, broker_is_rabbitmq: bool) -> list[Fault]:
+    """`per_kind` faults of each kind at times spread over the run, on targets drawn at random."""
+    faults = []
+    for kind in KINDS:
+        if kind == "close_broker_connections" and not broker_is_rabbitmq:
+            continue
+        for _ in range(per_kind):
+            target = "" if kind == "close_broker_connections" else f"{kind.split('_')[1]}-{rng.randint(1, 2)}"
+            faults.append(Fault(at=round(rng.uniform(1.0, duration), 1), kind=kind, target=target))
+    return sorted(faults, key=lambda f: f.at)
+
+
+def chaos_env(*, database_url: str, queue_prefix: str, speedup: float) -> dict[str, str]:
+    """The environment of every process of the run: its own database and queues, a short heartbeat."""
+    broker_url = settings.BROKER_URL
+    parts = urlsplit(broker_url)
+    if parts.scheme.startswith("amqp"):
+        # A paused process is noticed (and its unacknowledged messages requeued) within seconds.
+        query = dict(parse_qsl(parts.query))
+        query.setdefault("heartbeat", "5")
+        broker_url = urlunsplit(parts._replace(query=urlencode(query)))
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "BROKER_URL": broker_url,
+        "OUTBOX_QUEUE_PREFIX": queue_prefix,
+        "DRONE_SIMULATION_SPEEDUP": str(speedup),
+        "DRONE_POSITION_REPORTS": "3",
+        "DJANGO_DEBUG": "0",
+        # A message the broker lost is re-sent a minute after it was sent, not 15.
+        "OUTBOX_SWEEP_GRACE_SECONDS": "60",
+        "OUTBOX_SWEEP_INTERVAL_SECONDS": "10",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class System:
+    """Web, two relays and two worker processes, each in a process group of its own."""
+
+    def __init__(self, *, env: dict[str, str], addr: str, logs: Path, threads: int):
+        manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+        self.commands = {
+            "web": [*manage, "runserver", addr, "--noreload"],
+            "relay-1": [*manage, "relay_outbox"],
+            "relay-2": [*manage, "relay_outbox"],
+            "worker-1": [*manage, "rundramatiq", "--processes", "1", "--threads", str(threads)],
+            "worker-2": [*manage, "rundramatiq", "--processes", "1", "--threads", str(threads)],
+        }
+        self.env, self.logs = env, logs
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str) -> None:
+        with open(self.logs / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                self.commands[name], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def start_all(self) -> None:
+        for name in self.commands:
+            self.start(name)
+
+    def _signal(self, name: str, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.processes[name].pid, signum)
+
+    def kill_and_restart(self, name: str) -> None:
+        self._signal(name, signal.SIGKILL)
+        self.processes[name].wait()
+        self.start(name)
+
+    def pause(self, name: str, seconds: float, stop: threading.Event) -> None:
+        self._signal(name, signal.SIGSTOP)
+        try:
+            stop.wait(seconds)
+        finally:
+            self._signal(name, signal.SIGCONT)
+
+    def exited(self) -> list[str]:
+        return [f"{name} (exit {p.returncode})" for name, p in self.processes.items() if p.poll() is not None]
+
+    def stop_all(self) -> None:
+        for name in self.processes:
+            self._signal(name, signal.SIGCONT)
+            self._signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for name, process in self.processes.items():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._signal(name, signal.SIGKILL)
+                process.wait()
+
+
+def close_every_broker_connection() -> None:
+    subprocess.run(
+        ["rabbitmqctl", "close_all_connections", "chaos: every connection closed"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+@dataclass
+class Ledger:
+    """What the run must add up to once quiet.
+
+    - every 202 has a delivery, and it is terminal;
+    - every relayed event was processed by each of its recipients (an inbox row: at most one,
+      by the inbox's unique key) and each terminal delivery sent its one notification;
+    - no drone was ever reserved for two deliveries at once, nor a delivery given two drones,
+      as told by the drones' own events in commit order, and no drone is left held;
+    - the outbox is drained (timers for later excepted) and no message is dead-lettered.
+    """
+
+    accepted: list[str]
+    violations: list[str] = field(default_factory=list)
+    figures: dict[str, object] = field(default_factory=dict)
+
+    def unsettled(self) -> list[str]:
+        """Why the run is not quiet yet (empty once it is)."""
+        reasons = []
+        statuses = dict(Counter(Delivery.objects.filter(id__in=self.accepted).values_list("status", flat=True)))
+        open_ = sum(n for status, n in statuses.items() if status not in TERMINAL)
+        if open_ or sum(statuses.values()) < len(self.accepted):
+            reasons.append(f"{open_} deliveries not terminal ({statuses})")
+        due = OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=timezone.now()).count()
+        if due:
+            reasons.append(f"{due} outbox rows due and not relayed")
+        missing = self._unprocessed()
+        if missing:
+            reasons.append(f"{len(missing)} messages not processed by a recipient")
+        return reasons
+
+    def _unprocessed(self) -> list[tuple[str, str, str]]:
+        processed = set(InboxMessage.objects.values_list("subscriber", "message_id"))
+        dead = set(DeadLetter.objects.values_list("subscriber", "message_id"))
+        missing = []
+        rows = OutboxMessage.objects.filter(published_at__isnull=False).values_list(
+            "message_id", "type", "recipients", "target_subscriber"
+        )
+        for message_id, type_, recipients, target in rows:
+            for subscriber in [target] if target else recipients:
+                if (subscriber, message_id) not in processed and (subscriber, message_id) not in dead:
+                    missing.append((subscriber, str(message_id), type_))
+        return missing
+
+    def check(self) -> None:
+        deliveries = {str(d.id): d for d in Delivery.objects.filter(id__in=self.accepted)}
+        for delivery_id in self.accepted:
+            delivery = deliveries.get(delivery_id)
+            if delivery is None:
+                self.violations.append(f"202 for {delivery_id} but no delivery")
+            elif delivery.status not in TERMINAL:
+                self.violations.append(f"delivery {delivery_id} stuck {delivery.status}")
+        for subscriber, message_id, type_ in self._unprocessed()[:20]:
+            self.violations.append(f"{type_} {message_id} never processed by {subscriber}")
+        due = OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=timezone.now()).count()
+        if due:
+            self.violations.append(f"{due} outbox rows due and never relayed")
+        notified = set(Notification.objects.values_list("delivery_id", "kind"))
+        for delivery in deliveries.values():
+            kind = NOTIFIED.get(delivery.status)
+            if kind and (delivery.id, kind) not in notified:
+                self.violations.append(f"delivery {delivery.id} is {delivery.status} but no {kind} notification")
+        self._check_drones(deliveries)
+        for letter in DeadLetter.objects.all()[:20]:
+            self.violations.append(f"dead letter: {letter.type} to {letter.subscriber}, {letter.reason}")
+        statuses = Counter(d.status for d in deliveries.values())
+        self.figures.update(
+            deliveries=dict(statuses),
+            failure_reasons=dict(Counter(d.status_reason for d in deliveries.values() if d.status == "failed")),
+            events_relayed=OutboxMessage.objects.filter(published_at__isnull=False).count(),
+            messages_processed=InboxMessage.objects.count(),
+            duplicates_absorbed=sum(InboxMessage.objects.values_list("duplicates", flat=True)),
+            rows_sent_more_than_once=OutboxMessage.objects.filter(send_attempts__gt=1).count(),
+            rows_resent_by_the_sweep=OutboxMessage.objects.filter(resends__gt=0).count(),
+            dead_letters=DeadLetter.objects.count(),
+        )
+
+    def _check_drones(self, deliveries: dict[str, Delivery]) -> None:
+        """Walk the drones' reservations in commit order: a drone's events are all written under
+        its row lock, so their outbox ids follow the order in which they happened."""
+        holder: dict[str, str] = {}  # drone -> delivery
+        held: dict[str, set[str]] = defaultdict(set)  # delivery -> drones
+        events = OutboxMessage.objects.filter(type__in=("drone.scheduled", "drone.released")).order_by("id")
+        for type_, payload in events.values_list("type", "payload"):
+            drone, delivery = payload["drone_id"], payload["delivery_id"]
+            if type_ == "drone.scheduled":
+                if holder.get(drone) not in (None, delivery):
+                    self.violations.append(f"drone {drone} reserved for {delivery} while held for {holder[drone]}")
+                holder[drone] = delivery
+                held[delivery].add(drone)
+                if len(held[delivery]) > 1:
+                    self.violations.append(f"delivery {delivery} holds drones {sorted(held[delivery])}")
+            elif holder.get(drone) == delivery:
+                del holder[drone]
+                held[delivery].discard(drone)
+        for drone in Drone.objects.filter(delivery_id__isnull=False):
+            delivery = deliveries.get(str(drone.delivery_id))
+            if delivery is not None and delivery.status in TERMINAL:
+                self.violations.append(f"drone {drone.name} still held ({drone.status}) for {delivery.status} delivery")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:8]

@@ -1,0 +1,232 @@
+import io
+import random
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+from uuid import uuid4
+
+import psycopg
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from deliveries.services import create_customer
+from delivery_project.chaos import (
+    Fault,
+    Ledger,
+    System,
+    chaos_env,
+    close_every_broker_connection,
+    new_run_id,
+    plan_faults,
+)
+from delivery_project.simulation import Api, random_request, stamped
+from outbox.subscriptions import routing_table
+
+BASE = (47.6205, -122.3493)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the whole system on PostgreSQL (+ RabbitMQ) as real processes (web, two relays, two workers), "
+        "submit delivery requests over HTTP while killing, pausing and disconnecting processes at seeded "
+        "moments, then check the ledger: nothing lost, nothing doubled, nothing stuck. Exits 1 on a violation."
+    )
+    requires_system_checks = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("--deliveries", type=int, default=200)
+        parser.add_argument("--seed", type=int, default=None, help="Faults and requests follow it (default: random).")
+        parser.add_argument(
+            "--duration", type=float, default=60.0, help="Seconds over which requests and faults spread."
+        )
+        parser.add_argument("--faults-per-kind", type=int, default=2)
+        parser.add_argument(
+            "--pause-seconds", type=float, default=15.0, help="How long a paused process stays stopped."
+        )
+        parser.add_argument("--drones", type=int, default=20)
+        parser.add_argument("--speedup", type=float, default=100.0, help="Simulated flights run this much faster.")
+        parser.add_argument("--threads", type=int, default=4, help="Threads per worker process.")
+        parser.add_argument("--settle-timeout", type=float, default=300.0, help="Longest wait for quiet at the end.")
+        parser.add_argument("--port", type=int, default=8765)
+        parser.add_argument("--keep", action="store_true", help="Keep the run's database and logs for inspection.")
+
+    def handle(self, **options):
+        if connection.vendor != "postgresql":
+            raise CommandError("the chaos rig runs on PostgreSQL: set DATABASE_URL=postgres://...")
+        seed = options["seed"] if options["seed"] is not None else random.SystemRandom().randrange(1_000_000)
+        run = new_run_id()
+        database, prefix = f"chaos_{run}", f"chaos-{run}-"
+        logs = Path(tempfile.mkdtemp(prefix=f"chaos-{run}-"))
+        self.stdout.write(f"chaos run {run}: seed {seed}, {options['deliveries']} deliveries, logs in {logs}")
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        admin = self._admin_connection()
+        admin.execute(f'CREATE DATABASE "{database}"')
+        system = None
+        try:
+            database_url = self._use_database(database)
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("seed_fleet", options["drones"], latitude=BASE[0], longitude=BASE[1], stdout=io.StringIO())
+            _, token = create_customer(name="chaos")
+            env = chaos_env(database_url=database_url, queue_prefix=prefix, speedup=options["speedup"])
+            system = System(env=env, addr=f"127.0.0.1:{options['port']}", logs=logs, threads=options["threads"])
+            system.start_all()
+            api = Api(token=token, url=f"http://127.0.0.1:{options['port']}")
+            self._wait_for_web(api, stop)
+            violations = self._run(api, system, stop=stop, **{**options, "seed": seed})
+        finally:
+            if system:
+                system.stop_all()
+            connection.close()
+            if hasattr(connection, "close_pool") and connection.pool:
+                connection.close_pool()
+            self._delete_queues(prefix)
+            if not options["keep"]:
+                admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+                shutil.rmtree(logs, ignore_errors=True)
+            admin.close()
+        if violations:
+            raise CommandError(f"{len(violations)} violation(s) (seed {seed})")
+
+    def _run(self, api: Api, system: System, *, seed: int, stop: threading.Event, **options) -> list[str]:
+        rng = random.Random(seed)
+        faults = plan_faults(
+            rng,
+            duration=options["duration"],
+            per_kind=options["faults_per_kind"],
+            broker_is_rabbitmq=urlsplit(settings.BROKER_URL).scheme.startswith("amqp"),
+        )
+        requests = [
+            random_request(rng, latitude=BASE[0], longitude=BASE[1], radius_km=3) for _ in range(options["deliveries"])
+        ]
+        started = time.monotonic()
+        injected: list[str] = []
+        injector = threading.Thread(
+            target=self._inject, args=(faults, system, started, stop, options["pause_seconds"], injected), daemon=True
+        )
+        injector.start()
+        accepted = self._submit(api, requests, started=started, duration=options["duration"], stop=stop)
+        injector.join()
+        self.stdout.write(f"submitted: {len(accepted)} accepted (202) in {time.monotonic() - started:.1f} s")
+
+        ledger = Ledger(accepted=accepted)
+        deadline = time.monotonic() + options["settle_timeout"]
+        last = ""
+        while not stop.is_set() and time.monotonic() < deadline:
+            unsettled = ledger.unsettled()
+            if not unsettled:
+                break
+            if "; ".join(unsettled) != last:
+                last = "; ".join(unsettled)
+                self.stdout.write(f"t+{time.monotonic() - started:6.1f}s settling: {last}")
+            stop.wait(1)
+        quiet_after = time.monotonic() - started
+        ledger.check()
+        exited = system.exited()
+        ledger.violations.extend(f"process died by itself: {name}" for name in exited)
+
+        self.stdout.write(f"faults injected ({len(injected)}):")
+        for line in injected:
+            self.stdout.write(f"  {line}")
+        self.stdout.write(f"quiet after {quiet_after:.1f} s")
+        for name, value in ledger.figures.items():
+            self.stdout.write(f"  {name}: {value}")
+        if ledger.violations:
+            self.stdout.write(self.style.ERROR(f"verdict: {len(ledger.violations)} violation(s)"))
+            for violation in ledger.violations:
+                self.stdout.write(f"  {violation}")
+        else:
+            self.stdout.write(self.style.SUCCESS(f"verdict: violations: 0 (seed {seed})"))
+        return ledger.violations
+
+    def _inject(self, faults: list[Fault], system: System, started: float, stop, pause: float, injected: list[str]):
+        for fault in faults:
+            if stop.wait(max(0.0, started + fault.at - time.monotonic())):
+                return
+            at = time.monotonic() - started
+            if fault.kind.startswith("kill"):
+                system.kill_and_restart(fault.target)
+            elif fault.kind.startswith("pause"):
+                system.pause(fault.target, pause, stop)
+            else:
+                close_every_broker_connection()
+            injected.append(f"t+{at:6.1f}s {fault.kind} {fault.target}".rstrip())
+            self.stdout.write(f"  fault {injected[-1]}")
+
+    def _submit(self, api: Api, requests: list[dict], *, started: float, duration: float, stop) -> list[str]:
+        """POST each request at its moment; a 503 or a dropped connection is sent again with the
+        same Idempotency-Key, as a careful client would."""
+        accepted, lock = [], threading.Lock()
+
+        def send(i: int, body: dict) -> None:
+            stop.wait(max(0.0, started + i * duration / len(requests) - time.monotonic()))
+            key = str(uuid4())
+            for _ in range(20):
+                try:
+                    status, answer = api.call(
+                        "POST", "/deliveryrequests", stamped(body), headers={"Idempotency-Key": key}
+                    )
+                except OSError:
+                    status, answer = None, {}
+                if status == 202:
+                    with lock:
+                        accepted.append(answer["deliveryId"])
+                    return
+                if status not in (None, 503):
+                    raise CommandError(f"request {i} answered {status}: {answer}")
+                stop.wait(1)
+            raise CommandError(f"request {i} was never accepted")
+
+        threads = [threading.Thread(target=send, args=(i, body)) for i, body in enumerate(requests)]
+        # Bounded concurrency: at most 16 requests in flight.
+        for batch in range(0, len(threads), 16):
+            for thread in threads[batch : batch + 16]:
+                thread.start()
+            for thread in threads[batch : batch + 16]:
+                thread.join()
+        return accepted
+
+    def _wait_for_web(self, api: Api, stop) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                if api.call("GET", "/deliveries")[0] == 200:
+                    return
+            except OSError:
+                pass
+            stop.wait(0.2)
+        raise CommandError("the web process did not answer within 60 s")
+
+    def _admin_connection(self) -> psycopg.Connection:
+        params = connection.get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(key, None)
+        params["dbname"] = "postgres"
+        return psycopg.connect(**params, autocommit=True)
+
+    def _use_database(self, name: str) -> str:
+        """Point this process at the run's database; the URL the children get for it."""
+        db = connection.settings_dict
+        db["NAME"] = name
+        connection.close()
+        auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+        return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
+
+    def _delete_queues(self, prefix: str) -> None:
+        if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
+            return
+        import pika
+
+        subscribers = {s.subscriber for subs in routing_table().values() for s in subs}
+        with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as broker:
+            channel = broker.channel()
+            for subscriber in subscribers:
+                for suffix in ("", ".DQ", ".XQ"):
+                    channel.queue_delete(f"{prefix}{subscriber}{suffix}")

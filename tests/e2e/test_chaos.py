@@ -1,0 +1,34 @@
+"""The short chaos run: `manage.py chaos` as a user runs it, on PostgreSQL and RabbitMQ."""
+
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from delivery_project.chaos import KINDS
+from tests.e2e.test_processes import MANAGE
+from tests.e2e.test_run_all import a_free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+SEED = 2026
+
+
+def test_200_deliveries_under_kills_pauses_and_broker_disconnections_keep_the_ledger():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
+    command = [*MANAGE, "chaos", "--deliveries", "200", "--seed", str(SEED), "--port", str(a_free_port())]
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGINT)  # the rig stops its processes and drops its database
+            run.communicate(timeout=60)
+    assert run.returncode == 0, output
+    assert f"verdict: violations: 0 (seed {SEED})" in output
+    injected = output.split("faults injected")[1].split("quiet after")[0]
+    for kind in KINDS:
+        assert len(re.findall(rf"\b{kind}\b", injected)) == 2, f"{kind} was not injected twice:\n{output}"
+    assert "deliveries: {" in output and "200 accepted (202)" in output

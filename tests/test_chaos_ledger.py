@@ -1,0 +1,102 @@
+"""The chaos rig's ledger finds each kind of violation it promises to find (and none in a clean run)."""
+
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from delivery_project.chaos import Ledger, plan_faults
+from outbox.models import InboxMessage, OutboxMessage
+from tests.test_admin import a_dead_letter
+
+pytestmark = pytest.mark.django_db
+
+
+def an_event(type_: str = "probe.pinged", *, payload: dict | None = None, recipients=("probe_a",)) -> OutboxMessage:
+    now = timezone.now()
+    return OutboxMessage.objects.create(
+        type=type_,
+        version=1,
+        source="probe",
+        occurred_at=now,
+        correlation_id=uuid.uuid4(),
+        stream="ledger:test",
+        sequence=OutboxMessage.objects.count() + 1,
+        payload=payload or {},
+        available_at=now,
+        published_at=now,
+        recipients=list(recipients),
+    )
+
+
+def processed(message: OutboxMessage, subscriber: str = "probe_a") -> None:
+    InboxMessage.objects.create(
+        subscriber=subscriber, message_id=message.message_id, type=message.type, correlation_id=message.correlation_id
+    )
+
+
+def checked(accepted=()) -> Ledger:
+    ledger = Ledger(accepted=list(accepted))
+    ledger.check()
+    return ledger
+
+
+def test_a_clean_history_has_no_violation():
+    processed(an_event())
+    assert Ledger(accepted=[]).unsettled() == []
+    assert checked().violations == []
+
+
+def test_a_message_a_recipient_never_processed_is_a_violation():
+    message = an_event(recipients=("probe_a", "probe_b"))
+    processed(message, "probe_a")
+
+    assert Ledger(accepted=[]).unsettled() == ["1 messages not processed by a recipient"]
+    assert checked().violations == [f"probe.pinged {message.message_id} never processed by probe_b"]
+
+
+def test_a_row_due_and_never_relayed_is_a_violation():
+    OutboxMessage.objects.filter(pk=an_event().pk).update(published_at=None)
+    assert checked().violations == ["1 outbox rows due and never relayed"]
+
+
+def test_a_202_without_a_delivery_is_a_violation():
+    missing = str(uuid.uuid4())
+    assert checked(accepted=[missing]).violations == [f"202 for {missing} but no delivery"]
+
+
+def test_a_drone_reserved_for_a_second_delivery_before_its_release_is_a_violation():
+    drone, first, second, third = (str(uuid.uuid4()) for _ in range(4))
+    for type_, delivery in [
+        ("drone.scheduled", first),
+        ("drone.released", first),
+        ("drone.scheduled", second),  # fine: the drone was released first
+        ("drone.scheduled", third),  # not fine: still held for the second
+    ]:
+        processed(an_event(type_, payload={"drone_id": drone, "delivery_id": delivery}, recipients=()))
+
+    assert checked().violations == [f"drone {drone} reserved for {third} while held for {second}"]
+
+
+def test_a_delivery_given_two_drones_at_once_is_a_violation():
+    delivery, one, two = (str(uuid.uuid4()) for _ in range(3))
+    for drone in (one, two):
+        an_event("drone.scheduled", payload={"drone_id": drone, "delivery_id": delivery}, recipients=())
+
+    assert checked().violations == [f"delivery {delivery} holds drones {sorted([one, two])}"]
+
+
+def test_a_dead_letter_is_a_violation():
+    a_dead_letter(reason="handler_error")
+    assert checked().violations == ["dead letter: probe.pinged to probe_b, handler_error"]
+
+
+def test_the_same_seed_plans_the_same_faults_with_every_kind():
+    import random
+
+    plan = plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True)
+    assert plan == plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True)
+    assert sorted({f.kind for f in plan}) == sorted(
+        ["kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections"]
+    )
+    assert len(plan) == 10 and all(1 <= f.at <= 60 for f in plan)
