@@ -1,12 +1,12 @@
 """Outages of the real broker: every connection to RabbitMQ closed under the relay and the workers."""
 
-import subprocess
 import threading
 from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 
+from delivery_project.chaos import close_every_broker_connection
 from outbox.models import OutboxMessage
 from outbox.relay import Relay
 from tests.conftest import wait_until
@@ -15,15 +15,6 @@ from tests.probe.models import Effect
 from tests.probe.services import ping
 
 pytestmark = pytest.mark.integration
-
-
-def close_every_broker_connection() -> None:
-    subprocess.run(
-        ["rabbitmqctl", "close_all_connections", "outage test: every connection closed"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
 
 
 def test_when_rabbitmq_closes_every_connection_relay_and_workers_reconnect_and_nothing_is_lost(worker, broker):

@@ -2,6 +2,7 @@ import io
 import random
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -59,6 +60,7 @@ class Command(BaseCommand):
     def handle(self, **options):
         if connection.vendor != "postgresql":
             raise CommandError("the chaos rig runs on PostgreSQL: set DATABASE_URL=postgres://...")
+        sys.stdout.reconfigure(line_buffering=True)  # progress shows as it happens, even in a pipe or a file
         seed = options["seed"] if options["seed"] is not None else random.SystemRandom().randrange(1_000_000)
         run = new_run_id()
         database, prefix = f"chaos_{run}", f"chaos-{run}-"
