@@ -168,7 +168,8 @@ class Command(BaseCommand):
         accepted, lock = [], threading.Lock()
 
         def send(i: int, body: dict) -> None:
-            stop.wait(max(0.0, started + i * duration / len(requests) - time.monotonic()))
+            if stop.wait(max(0.0, started + i * duration / len(requests) - time.monotonic())):
+                return  # interrupted: send no more
             key = str(uuid4())
             for _ in range(20):
                 try:
