@@ -28,9 +28,11 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import F, Min, Q
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
+from outbox.publishers import PipelinedPublisher
 from outbox.subscriptions import message_to, subscribers_of
 from outbox.sweep import sweep_unacknowledged
 
@@ -44,6 +46,10 @@ _BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError,
 
 class BrokerUnavailable(Exception):
     """The broker refused or lost a send; the unsent rows were released for a later try."""
+
+
+class BrokerRefused(Exception):
+    """The broker nacked or returned a copy of the row."""
 
 
 class _SendFailed(Exception):
@@ -68,6 +74,8 @@ class Relay:
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
         self.next_sweep = 0.0  # monotonic time of the next redelivery sweep
+        confirming = isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery
+        self.publisher = PipelinedPublisher(self.broker) if confirming else None
 
     def relay_batch(self) -> int:
         """Claim, send and mark one batch of due rows; return how many were published."""
@@ -76,21 +84,11 @@ class Relay:
             return 0
         sent: list[OutboxMessage] = []
         suspects: list[_SendFailed] = []
-        streak = 0
         try:
-            for row in rows:
-                try:
-                    self.send(row)
-                except _BROKER_ERRORS:
-                    raise
-                except Exception as error:
-                    suspects.append(_SendFailed(row, error))
-                    streak += 1
-                    if streak > 1:
-                        raise  # rows fail one after another: the broker's trouble, not a row's
-                    continue
-                sent.append(row)
-                streak = 0
+            if self.publisher is not None:
+                self._send_pipelined(rows, sent, suspects)
+            else:
+                self._send_one_by_one(rows, sent, suspects)
             if sent:
                 self.last_success = time.monotonic()
             elif suspects and not self._sending_lately():
@@ -105,6 +103,39 @@ class Relay:
         for suspect in suspects:  # a row that fails while its neighbours go through keeps its lease
             self._set_aside_if_hopeless(suspect)
         return len(sent)
+
+    def _send_one_by_one(self, rows, sent: list[OutboxMessage], suspects: list[_SendFailed]) -> None:
+        """Through the broker's own enqueue, each copy confirmed in turn (Redis, or confirms off)."""
+        streak = 0
+        for row in rows:
+            try:
+                self.send(row)
+            except _BROKER_ERRORS:
+                raise
+            except Exception as error:
+                suspects.append(_SendFailed(row, error))
+                streak += 1
+                if streak > 1:
+                    raise  # rows fail one after another: the broker's trouble, not a row's
+                continue
+            sent.append(row)
+            streak = 0
+
+    def _send_pipelined(self, rows, sent: list[OutboxMessage], suspects: list[_SendFailed]) -> None:
+        """The whole batch in flight at once (RabbitMQ with confirms). A copy the broker refused
+        leaves its row unsent and suspect; a lost connection leaves every unconfirmed row unsent."""
+        batch, by_id = [], {row.id: row for row in rows}
+        for row in rows:
+            try:
+                envelope = row.envelope()
+                batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
+            except Exception as error:
+                suspects.append(_SendFailed(row, error))
+        outcome = self.publisher.publish(batch)
+        sent.extend(row for row in rows if row.id in outcome.confirmed)
+        suspects.extend(_SendFailed(by_id[i], BrokerRefused("the broker refused a copy")) for i in outcome.refused)
+        if outcome.error is not None:
+            raise outcome.error
 
     def drain(self, stop: threading.Event | None = None) -> int:
         """Relay batches until fewer than a full batch is due."""
