@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +247,3 @@ class Ledger:
             if delivery is not None and delivery.status in TERMINAL:
                 self.violations.append(f"drone {drone.name} still held ({drone.status}) for {delivery.status} delivery")
 
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:8]

@@ -10,7 +10,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import uuid4
 
-import psycopg
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -23,11 +22,10 @@ from delivery_project.chaos import (
     System,
     chaos_env,
     close_every_broker_connection,
-    new_run_id,
     plan_faults,
 )
+from delivery_project.scratch import scratch_run
 from delivery_project.simulation import Api, random_request, stamped
-from outbox.subscriptions import routing_table
 
 BASE = (47.6205, -122.3493)
 
@@ -62,38 +60,29 @@ class Command(BaseCommand):
             raise CommandError("the chaos rig runs on PostgreSQL: set DATABASE_URL=postgres://...")
         sys.stdout.reconfigure(line_buffering=True)  # progress shows as it happens, even in a pipe or a file
         seed = options["seed"] if options["seed"] is not None else random.SystemRandom().randrange(1_000_000)
-        run = new_run_id()
-        database, prefix = f"chaos_{run}", f"chaos-{run}-"
-        logs = Path(tempfile.mkdtemp(prefix=f"chaos-{run}-"))
-        self.stdout.write(f"chaos run {run}: seed {seed}, {options['deliveries']} deliveries, logs in {logs}")
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-        admin = self._admin_connection()
-        admin.execute(f'CREATE DATABASE "{database}"')
-        system = None
-        try:
-            database_url = self._use_database(database)
-            call_command("migrate", interactive=False, verbosity=0)
+        with scratch_run("chaos", keep=options["keep"]) as scratch:
+            logs = Path(tempfile.mkdtemp(prefix=f"chaos-{scratch.run}-"))
+            self.stdout.write(
+                f"chaos run {scratch.run}: seed {seed}, {options['deliveries']} deliveries, logs in {logs}"
+            )
             call_command("seed_fleet", options["drones"], latitude=BASE[0], longitude=BASE[1], stdout=io.StringIO())
             _, token = create_customer(name="chaos")
-            env = chaos_env(database_url=database_url, queue_prefix=prefix, speedup=options["speedup"])
+            env = chaos_env(
+                database_url=scratch.database_url, queue_prefix=scratch.queue_prefix, speedup=options["speedup"]
+            )
             system = System(env=env, addr=f"127.0.0.1:{options['port']}", logs=logs, threads=options["threads"])
-            system.start_all()
-            api = Api(token=token, url=f"http://127.0.0.1:{options['port']}")
-            self._wait_for_web(api, stop)
-            violations = self._run(api, system, stop=stop, **{**options, "seed": seed})
-        finally:
-            if system:
+            try:
+                system.start_all()
+                api = Api(token=token, url=f"http://127.0.0.1:{options['port']}")
+                self._wait_for_web(api, stop)
+                violations = self._run(api, system, stop=stop, **{**options, "seed": seed})
+            finally:
                 system.stop_all()
-            connection.close()
-            if hasattr(connection, "close_pool") and connection.pool:
-                connection.close_pool()
-            self._delete_queues(prefix)
-            if not options["keep"]:
-                admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-                shutil.rmtree(logs, ignore_errors=True)
-            admin.close()
+                if not options["keep"]:
+                    shutil.rmtree(logs, ignore_errors=True)
         if violations:
             raise CommandError(f"{len(violations)} violation(s) (seed {seed})")
 
@@ -206,30 +195,3 @@ class Command(BaseCommand):
                 pass
             stop.wait(0.2)
         raise CommandError("the web process did not answer within 60 s")
-
-    def _admin_connection(self) -> psycopg.Connection:
-        params = connection.get_connection_params()
-        for key in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(key, None)
-        params["dbname"] = "postgres"
-        return psycopg.connect(**params, autocommit=True)
-
-    def _use_database(self, name: str) -> str:
-        """Point this process at the run's database; the URL the children get for it."""
-        db = connection.settings_dict
-        db["NAME"] = name
-        connection.close()
-        auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-        return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
-
-    def _delete_queues(self, prefix: str) -> None:
-        if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
-            return
-        import pika
-
-        subscribers = {s.subscriber for subs in routing_table().values() for s in subs}
-        with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as broker:
-            channel = broker.channel()
-            for subscriber in subscribers:
-                for suffix in ("", ".DQ", ".XQ"):
-                    channel.queue_delete(f"{prefix}{subscriber}{suffix}")

@@ -1,0 +1,83 @@
+"""A database and a queue prefix of a run's own, for `chaos` and `bench`: created, migrated,
+used, then dropped, so a run never touches the configured database or another run's queues."""
+
+import contextlib
+import io
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import psycopg
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from outbox.subscriptions import routing_table
+
+
+@dataclass(frozen=True)
+class Scratch:
+    run: str
+    database: str
+    database_url: str
+    queue_prefix: str
+
+
+@contextlib.contextmanager
+def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
+    """Point this process's connection at a new, migrated PostgreSQL database; drop it (and
+    the run's queues) at the end unless `keep`."""
+    if connection.vendor != "postgresql":
+        raise RuntimeError(f"{kind} runs on PostgreSQL: set DATABASE_URL=postgres://...")
+    run = uuid.uuid4().hex[:8]
+    scratch = Scratch(run=run, database=f"{kind}_{run}", database_url="", queue_prefix=f"{kind}-{run}-")
+    admin = _server_connection()
+    admin.execute(f'CREATE DATABASE "{scratch.database}"')
+    try:
+        scratch = Scratch(**{**scratch.__dict__, "database_url": _use_database(scratch.database)})
+        call_command("migrate", interactive=False, verbosity=0, stdout=io.StringIO())
+        yield scratch
+    finally:
+        connection.close()
+        if getattr(connection, "pool", None):
+            connection.close_pool()
+        delete_queues(scratch.queue_prefix)
+        if not keep:
+            admin.execute(f'DROP DATABASE IF EXISTS "{scratch.database}" WITH (FORCE)')
+        admin.close()
+
+
+def connection_params() -> dict:
+    """This process's connection parameters, for a psycopg connection of its own."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    return params
+
+
+def _server_connection() -> psycopg.Connection:
+    return psycopg.connect(**{**connection_params(), "dbname": "postgres"}, autocommit=True)
+
+
+def _use_database(name: str) -> str:
+    """Point this process at `name`; the URL that points other processes there."""
+    db = connection.settings_dict
+    db["NAME"] = name
+    connection.close()
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
+
+
+def delete_queues(prefix: str) -> None:
+    """Every subscriber queue under `prefix` (with Dramatiq's delay and dead-letter queues)."""
+    if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
+        return
+    import pika
+
+    subscribers = {s.subscriber for subs in routing_table().values() for s in subs}
+    with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as broker:
+        channel = broker.channel()
+        for subscriber in subscribers:
+            for suffix in ("", ".DQ", ".XQ"):
+                channel.queue_delete(f"{prefix}{subscriber}{suffix}")
