@@ -1,0 +1,193 @@
+"""What `manage.py bench` measures, each figure beside the reference it is judged by.
+
+Every figure is timed several times in one run, on one machine, and reported as the median
+with min and max; its reference (raw pika with pipelined confirms, Dramatiq's own confirmed
+enqueue) is timed in the same run, so the ratio means something on a shared, noisy machine.
+"""
+
+import multiprocessing
+import os
+import platform
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import dramatiq
+import pika
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from deliveries.events import DeliveryRequested, Location, PackageInfo
+from delivery_project.bench_relay import relay_process
+from outbox.models import OutboxMessage
+from outbox.publishing import publish
+from outbox.subscriptions import message_to, queue_name, subscribers_of
+
+
+@dataclass
+class Figure:
+    name: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+    reference: str | None = None  # the name of the figure it is judged against
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "median": self.median,
+            "min": min(self.values),
+            "max": max(self.values),
+            "runs": self.values,
+            "reference": self.reference,
+            "note": self.note,
+        }
+
+
+def a_delivery_requested() -> DeliveryRequested:
+    """A realistic event: what POST /api/deliveryrequests publishes (about 800 bytes on the wire)."""
+    now = timezone.now()
+    return DeliveryRequested(
+        delivery_id=uuid.uuid4(),
+        pickup=Location(latitude=47.6205, longitude=-122.3493, altitude=0),
+        dropoff=Location(latitude=47.6105, longitude=-122.3393, altitude=None),
+        pickup_time=now,
+        deadline=now + timedelta(hours=2),
+        expedited=False,
+        priority="normal",
+        confirmation_required="None",
+        package=PackageInfo(package_id=uuid.uuid4(), size="Small", weight_kg=1.5, tag="bench"),
+    )
+
+
+def publish_events(count: int, *, per_transaction: int = 500) -> float:
+    """Seconds to publish `count` delivery.requested events through publish(), `per_transaction` a commit."""
+    events = [a_delivery_requested() for _ in range(count)]
+    began = time.perf_counter()
+    for start in range(0, count, per_transaction):
+        with transaction.atomic():
+            for event in events[start : start + per_transaction]:
+                publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
+    return time.perf_counter() - began
+
+
+def relayed_messages() -> list[tuple[str, bytes]]:
+    """(queue, body) of every copy the relay would send for the rows now in the outbox."""
+    copies = []
+    for row in OutboxMessage.objects.order_by("id"):
+        envelope = row.envelope()
+        for subscriber in row.recipients or subscribers_of(row.type):
+            message = message_to(subscriber, envelope)
+            copies.append((message.queue_name, message.encode()))
+    return copies
+
+
+def raw_pipelined_publish(copies: list[tuple[str, bytes]], *, window: int = 500) -> float:
+    """The reference: plain pika, persistent messages, `window` unconfirmed in flight, acks by tag."""
+    with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as conn:
+        channel = conn.channel()
+        for queue in {q for q, _ in copies}:
+            dramatiq.get_broker().declare_queue(queue, ensure=True)
+        unconfirmed: set[int] = set()
+        nacks = []
+
+        def confirmed(frame):
+            tag, method = frame.method.delivery_tag, frame.method
+            done = {t for t in unconfirmed if t <= tag} if method.multiple else {tag}
+            unconfirmed.difference_update(done)
+            if isinstance(method, pika.spec.Basic.Nack):
+                nacks.extend(done)
+
+        ready = []
+        channel._impl.confirm_delivery(ack_nack_callback=confirmed, callback=ready.append)
+        while not ready:
+            conn.process_data_events(time_limit=0.05)
+        properties = pika.BasicProperties(delivery_mode=2)
+        began = time.perf_counter()
+        for tag, (queue, body) in enumerate(copies, start=1):
+            unconfirmed.add(tag)
+            channel.basic_publish(exchange="", routing_key=queue, body=body, properties=properties, mandatory=True)
+            while len(unconfirmed) >= window:
+                conn.process_data_events(time_limit=0.05)
+        while unconfirmed:
+            conn.process_data_events(time_limit=0.05)
+        elapsed = time.perf_counter() - began
+    if nacks:
+        raise RuntimeError(f"the broker nacked {len(nacks)} messages")
+    return elapsed
+
+
+def dramatiq_enqueue(count: int) -> float:
+    """The other reference: Dramatiq's own enqueue, each confirm waited for in turn."""
+    broker = dramatiq.get_broker()
+    envelope = OutboxMessage.objects.order_by("id").first().envelope()
+    subscriber = subscribers_of("delivery.requested")[0]
+    began = time.perf_counter()
+    for _ in range(count):
+        broker.enqueue(message_to(subscriber, {**envelope, "message_id": str(uuid.uuid4())}))
+    return time.perf_counter() - began
+
+
+def drain_with_relay_processes(processes: int, *, database_url: str) -> float:
+    """Seconds for `processes` relay processes, started together, to publish every due row."""
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited sockets
+    env = {
+        "DJANGO_SETTINGS_MODULE": os.environ["DJANGO_SETTINGS_MODULE"],
+        "DATABASE_URL": database_url,
+        "BROKER_URL": settings.BROKER_URL,
+        "OUTBOX_QUEUE_PREFIX": settings.OUTBOX_QUEUE_PREFIX,
+    }
+    go, done = spawn.Event(), spawn.Queue()
+    readies = [spawn.Event() for _ in range(processes)]
+    children = [spawn.Process(target=relay_process, args=(env, r, go, done)) for r in readies]
+    for child in children:
+        child.start()
+    for ready in readies:
+        if not ready.wait(120):
+            raise RuntimeError("a relay process did not start within 120 s")
+    began = time.perf_counter()
+    go.set()
+    relayed = sum(done.get(timeout=600) for _ in children)
+    elapsed = time.perf_counter() - began
+    for child in children:
+        child.join(30)
+    unpublished = OutboxMessage.objects.filter(published_at__isnull=True).count()
+    if unpublished:
+        raise RuntimeError(f"{unpublished} rows left unpublished after {relayed} were relayed")
+    return elapsed
+
+
+def empty_the_outbox_and_queues() -> None:
+    OutboxMessage.objects.all().delete()
+    broker = dramatiq.get_broker()
+    for subscriber in subscribers_of("delivery.requested"):
+        broker.declare_queue(queue_name(subscriber), ensure=True)
+        broker.channel.queue_purge(queue_name(subscriber))
+
+
+def machine() -> dict:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        postgres = cursor.fetchone()[0]
+    with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as conn:
+        rabbitmq = conn._impl.server_properties.get("version", b"?")
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "system": platform.platform(),
+        "postgresql": postgres,
+        "rabbitmq": rabbitmq.decode() if isinstance(rabbitmq, bytes) else str(rabbitmq),
+        "load_average_at_start": os.getloadavg(),
+    }

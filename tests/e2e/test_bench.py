@@ -1,0 +1,26 @@
+"""The benchmark harness at a tiny size: it runs, prints its table and writes its JSON (no timing asserted)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.e2e.test_processes import MANAGE
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+
+def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_path):
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
+    command = [*MANAGE, "bench", "--events", "100", "--runs", "1", "--relays", "1,2", "--results-dir", str(tmp_path)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "x raw pika" in run.stdout  # each relay figure beside its reference
+    [written] = tmp_path.glob("bench-*.json")
+    result = json.loads(written.read_text())
+    assert set(result["figures"]) == {"raw_pipelined", "dramatiq_enqueue", "relay_1", "relay_2", "publish"}
+    assert all(f["median"] > 0 and f["min"] <= f["median"] <= f["max"] for f in result["figures"].values())
+    assert result["figures"]["relay_1"]["reference"] == "raw_pipelined"
+    assert result["machine"]["cpus"] and result["machine"]["postgresql"]
