@@ -191,3 +191,65 @@ def machine() -> dict:
         "rabbitmq": rabbitmq.decode() if isinstance(rabbitmq, bytes) else str(rabbitmq),
         "load_average_at_start": os.getloadavg(),
     }
+
+
+def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str]) -> list[float]:
+    """Milliseconds from the commit of each event to its handler's start (the inbox row's time),
+    with `rate` events a second, one per transaction, for `seconds`; a relay and a worker
+    process run meanwhile, as in production."""
+    import subprocess
+    import sys
+
+    from outbox.models import InboxMessage
+
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    processes = [
+        subprocess.Popen([*manage, command, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for command, args in [("relay_outbox", []), ("rundramatiq", ["--processes", "1", "--threads", "8"])]
+    ]
+    committed: dict[str, float] = {}
+    try:
+        _warm_up(InboxMessage)
+        began = time.monotonic()
+        for i in range(int(rate * seconds)):
+            pause = began + i / rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            event = a_delivery_requested()
+            with transaction.atomic():
+                row = publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
+            committed[str(row.message_id)] = time.time()
+        deadline = time.monotonic() + 120
+        handled = {}
+        while len(handled) < len(committed) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            handled = dict(
+                InboxMessage.objects.filter(subscriber="packages", message_id__in=list(committed)).values_list(
+                    "message_id", "processed_at"
+                )
+            )
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(60)
+    if len(handled) < len(committed):
+        raise RuntimeError(f"only {len(handled)} of {len(committed)} events were handled within 120 s")
+    return sorted((at.timestamp() - committed[str(mid)]) * 1000 for mid, at in handled.items())
+
+
+def _warm_up(inbox) -> None:
+    """One event through relay and worker before the clock starts: processes booted, queues declared."""
+    event = a_delivery_requested()
+    with transaction.atomic():
+        row = publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
+    deadline = time.monotonic() + 120
+    while not inbox.objects.filter(message_id=row.message_id, subscriber="packages").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the relay and the worker did not handle a first event within 120 s")
+        time.sleep(0.2)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]

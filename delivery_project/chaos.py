@@ -246,4 +246,3 @@ class Ledger:
             delivery = deliveries.get(str(drone.delivery_id))
             if delivery is not None and delivery.status in TERMINAL:
                 self.violations.append(f"drone {drone.name} still held ({drone.status}) for {delivery.status} delivery")
-

@@ -3,6 +3,7 @@ used, then dropped, so a run never touches the configured database or another ru
 
 import contextlib
 import io
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ class Scratch:
     database: str
     database_url: str
     queue_prefix: str
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process that is to work in this run's database and queues."""
+        return {**os.environ, "DATABASE_URL": self.database_url, "OUTBOX_QUEUE_PREFIX": self.queue_prefix}
 
 
 @contextlib.contextmanager

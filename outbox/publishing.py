@@ -6,10 +6,10 @@ from contextvars import ContextVar
 from datetime import datetime
 from uuid import UUID, uuid4
 
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import connections, transaction
 from django.utils import timezone
 
+from outbox import wake_up
 from outbox.contracts import Event
 from outbox.envelope import Envelope
 from outbox.models import OutboxMessage, Stream
@@ -47,6 +47,8 @@ def publish(
     now = timezone.now()
     correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
     same_story = cause is not None and cause.correlation_id == correlation_id
+    if connections[using].vendor != "postgresql":  # PostgreSQL's trigger sends a NOTIFY instead
+        _nudge_the_relay_on_commit(using)
     return OutboxMessage.objects.using(using).create(
         type=event.type,
         version=event.version,
@@ -64,16 +66,22 @@ def publish(
 
 
 def _next_sequence(stream: str, *, using: str) -> int:
-    """Hand out the stream's next number; the row lock orders concurrent publishers."""
-    streams = Stream.objects.using(using)
-    if not streams.filter(name=stream).update(last_sequence=F("last_sequence") + 1):
-        try:
-            with transaction.atomic(using=using):
-                streams.create(name=stream, last_sequence=1)
-            return 1
-        except IntegrityError:  # another transaction created it first
-            streams.filter(name=stream).update(last_sequence=F("last_sequence") + 1)
-    return streams.values_list("last_sequence", flat=True).get(name=stream)
+    """Hand out the stream's next number in one round trip; the row lock orders concurrent publishers."""
+    table = connections[using].ops.quote_name(Stream._meta.db_table)
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (name, last_sequence) VALUES (%s, 1) "
+            f"ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + 1 RETURNING last_sequence",
+            [stream],
+        )
+        return cursor.fetchone()[0]
+
+
+def _nudge_the_relay_on_commit(using: str) -> None:
+    """Once per transaction: wake a sleeping relay when it commits (see outbox.wake_up)."""
+    pending = connections[using].run_on_commit
+    if not any(callback is wake_up.nudge for _, callback, _ in pending):
+        transaction.on_commit(wake_up.nudge, using=using)
 
 
 @contextmanager

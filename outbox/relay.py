@@ -21,15 +21,15 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import dramatiq
-import psycopg
 import redis
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import F, Min, Q
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+from outbox import wake_up
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
 from outbox.publishers import PipelinedPublisher
@@ -38,7 +38,6 @@ from outbox.sweep import sweep_unacknowledged
 
 logger = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = "outbox_pending"
 # A row failing alone counts towards being set aside only if other rows were sent this recently.
 SUSPICION_SECONDS = 60
 _BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError, OSError)
@@ -232,7 +231,7 @@ class Relay:
         An outage of the broker or the database is logged once when it starts and once when
         it ends, and retried with exponential backoff in between.
         """
-        waiter = _wake_up_waiter(stop)
+        waiter = wake_up.waiter(stop)
         outage_since: float | None = None
         backoff = 0.5
         try:
@@ -268,62 +267,3 @@ class Relay:
                 self.idle.clear()
         finally:
             waiter.close()
-
-
-class _Waiter:
-    """Sleeps until the timeout, or until `stop` is set."""
-
-    def __init__(self, stop: threading.Event):
-        self.stop = stop
-
-    def __call__(self, timeout: float) -> None:
-        self.stop.wait(timeout)
-
-    def close(self) -> None:
-        pass
-
-
-class _NotifyWaiter(_Waiter):
-    """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout.
-
-    After a database restart it listens again on a new connection; until that succeeds it
-    polls, so a lost connection costs latency, never a message.
-    """
-
-    def __init__(self, stop: threading.Event):
-        super().__init__(stop)
-        self.conn = self._listen()
-
-    @staticmethod
-    def _listen() -> psycopg.Connection:
-        params = connection.get_connection_params()
-        for key in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(key, None)
-        conn = psycopg.connect(**params, autocommit=True, connect_timeout=5)
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-        return conn
-
-    def __call__(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        try:
-            if self.conn.closed:
-                self.conn = self._listen()
-            while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
-                for _ in self.conn.notifies(timeout=min(left, 0.5), stop_after=1):
-                    return
-        except psycopg.Error:
-            self.conn.close()
-            super().__call__(max(0.0, deadline - time.monotonic()))
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def _wake_up_waiter(stop: threading.Event) -> _Waiter:
-    if connection.vendor != "postgresql":
-        return _Waiter(stop)
-    try:
-        return _NotifyWaiter(stop)
-    except psycopg.Error as error:
-        logger.warning("LISTEN/NOTIFY unavailable, polling instead: %s", error)
-        return _Waiter(stop)

