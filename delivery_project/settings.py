@@ -111,7 +111,7 @@ DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
 # django_dramatiq's task-table cleanup serves the AdminMiddleware we leave out; Django has handlers modules too.
 DRAMATIQ_IGNORED_MODULES = ["django_dramatiq.tasks", "django.*"]
 
-# The messaging kernel (see outbox/ and DESIGN.md).
+# The messaging kernel (see outbox/ and docs/architecture.md).
 OUTBOX_QUEUE_PREFIX = os.environ.get("OUTBOX_QUEUE_PREFIX", "")
 OUTBOX_MAX_RETRIES = int(os.environ.get("OUTBOX_MAX_RETRIES", "5"))
 OUTBOX_MIN_BACKOFF_MS = int(os.environ.get("OUTBOX_MIN_BACKOFF_MS", "1000"))

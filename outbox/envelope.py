@@ -1,4 +1,4 @@
-"""The envelope every message travels in (DESIGN.md, "Event envelope")."""
+"""The envelope every message travels in (docs/architecture.md, "The envelope")."""
 
 from datetime import datetime
 from typing import Any

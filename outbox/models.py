@@ -61,7 +61,7 @@ class OutboxMessage(models.Model):
         return f"{self.type} v{self.version} {self.message_id}"
 
     def envelope(self) -> dict:
-        """The wire form, exactly as DESIGN.md's envelope table."""
+        """The wire form, exactly as the envelope table of docs/architecture.md."""
         return {
             "message_id": str(self.message_id),
             "type": self.type,

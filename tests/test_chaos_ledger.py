@@ -1,6 +1,7 @@
 """The chaos rig's ledger finds each kind of violation it promises to find (and none in a clean run)."""
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -100,3 +101,16 @@ def test_the_same_seed_plans_the_same_faults_with_every_kind():
         ["kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections"]
     )
     assert len(plan) == 10 and all(1 <= f.at <= 60 for f in plan)
+
+
+def test_a_timer_that_falls_due_after_the_run_was_found_quiet_is_not_held_against_it():
+    quiet_at = timezone.now()
+    OutboxMessage.objects.filter(pk=an_event().pk).update(
+        published_at=None, available_at=quiet_at + timedelta(seconds=1)
+    )
+    OutboxMessage.objects.filter(pk=an_event().pk).update(published_at=None, available_at=quiet_at)
+
+    ledger = Ledger(accepted=[], as_of=quiet_at)
+    ledger.check()
+
+    assert ledger.violations == ["1 outbox rows due and never relayed"]  # the one due at quiet_at, not the later one
