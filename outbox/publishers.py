@@ -119,7 +119,13 @@ class PipelinedPublisher:
 
     def _open(self) -> None:
         if self.channel is not None and self.channel.is_open and self.connection.is_open:
-            return
+            try:
+                # While the relay slept nobody answered the broker's heartbeats: it may have
+                # closed the connection. Reading what is pending tells, and answers them.
+                self.connection.process_data_events(time_limit=0)
+                return
+            except (pika.exceptions.AMQPError, OSError):
+                pass
         self.close()
         self.connection = pika.BlockingConnection(self.parameters)
         self.channel = self.connection.channel()

@@ -4,6 +4,7 @@ import time
 from collections.abc import Callable
 
 import dramatiq
+import pika.exceptions
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -58,7 +59,20 @@ def _broker_queues_deleted_at_end(django_db_setup):
     delete_run_queues(broker)
 
 
+def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
+    """This thread's RabbitMQ connection, opened again if the server dropped it (a test closed every
+    connection, or it idled through missed heartbeats while other threads worked)."""
+    connection = getattr(broker, "connection", None) if hasattr(broker, "channel") else None
+    if connection is not None:
+        try:
+            connection.process_data_events(time_limit=0)
+        except pika.exceptions.AMQPError:
+            del broker.connection
+    return broker
+
+
 def delete_run_queues(broker: dramatiq.Broker) -> None:
+    reconnected_if_lost(broker)
     subscribers = {sub.subscriber for subs in routing_table().values() for sub in subs}
     names = [queue_name(s) for s in subscribers]
     if hasattr(broker, "channel"):  # RabbitMQ
@@ -75,7 +89,7 @@ def delete_run_queues(broker: dramatiq.Broker) -> None:
 
 @pytest.fixture
 def broker(_broker_queues_deleted_at_end):
-    broker = _broker_queues_deleted_at_end
+    broker = reconnected_if_lost(_broker_queues_deleted_at_end)
     broker.flush_all()
     yield broker
     broker.flush_all()
