@@ -22,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=10_000, help="Events a relay figure drains.")
         parser.add_argument("--runs", type=int, default=3, help="Runs of each figure (the median is reported).")
         parser.add_argument("--relays", default="1,2,4", help="Relay process counts to measure.")
-        parser.add_argument("--latency-rate", type=float, default=200.0, help="Events a second for the latency figure.")
+        parser.add_argument("--latency-rate", type=float, default=50.0, help="Events a second for the latency figure.")
         parser.add_argument("--latency-seconds", type=float, default=30.0)
         parser.add_argument("--results-dir", default=str(Path(settings.BASE_DIR) / "bench" / "results"))
 
