@@ -91,8 +91,9 @@ def relayed_messages() -> list[tuple[str, bytes]]:
     return copies
 
 
-def raw_pipelined_publish(copies: list[tuple[str, bytes]], *, window: int = 500) -> float:
-    """The reference: plain pika, persistent messages, `window` unconfirmed in flight, acks by tag."""
+def raw_pipelined_publish(copies: list[tuple[str, bytes]], *, window: int = 500, flush_every: int = 100) -> float:
+    """The reference: plain pika, persistent messages, `window` unconfirmed in flight, acks by tag,
+    written through the channel's non-blocking layer as a SelectConnection would."""
     with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as conn:
         channel = conn.channel()
         for queue in {q for q, _ in copies}:
@@ -115,7 +116,11 @@ def raw_pipelined_publish(copies: list[tuple[str, bytes]], *, window: int = 500)
         began = time.perf_counter()
         for tag, (queue, body) in enumerate(copies, start=1):
             unconfirmed.add(tag)
-            channel.basic_publish(exchange="", routing_key=queue, body=body, properties=properties, mandatory=True)
+            channel._impl.basic_publish(
+                exchange="", routing_key=queue, body=body, properties=properties, mandatory=True
+            )
+            if tag % flush_every == 0:
+                conn.process_data_events(time_limit=0)
             while len(unconfirmed) >= window:
                 conn.process_data_events(time_limit=0.05)
         while unconfirmed:

@@ -3,7 +3,9 @@
 Dramatiq's `RabbitmqBroker.enqueue` waits for each publisher confirm in turn (about 900
 messages/s on loopback). This publisher keeps up to `window` messages in flight on a channel of
 its own in confirm mode and collects the broker's acks and nacks by delivery tag (a multiple ack
-covers every tag up to it), so a batch costs about one round trip. What it sends is exactly
+covers every tag up to it), so a batch costs about one round trip. Messages are written through
+the channel's non-blocking layer and the socket is flushed every `FLUSH_EVERY` messages, not
+once per message as `BlockingChannel.basic_publish` does. What it sends is exactly
 what `enqueue` would send: the same queue, the same encoded Dramatiq message, the same
 properties (persistent, `mandatory`), so Dramatiq's workers consume it unchanged.
 
@@ -26,6 +28,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 logger = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT_SECONDS = 30.0
+FLUSH_EVERY = 100
 
 
 @dataclass
@@ -58,11 +61,15 @@ class PipelinedPublisher:
         copies_left = {key: len(messages) for key, messages in batch}
         try:
             self._open()
+            sent = 0
             for key, messages in batch:
                 for message in messages:
                     self._send(key, message)
+                    sent += 1
                     if len(self._pending) >= self.window:
                         self._wait(lambda: len(self._pending) < self.window)
+                    elif sent % FLUSH_EVERY == 0:
+                        self.connection.process_data_events(time_limit=0)  # write out, read confirms
             self._wait(lambda: not self._pending)
         except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
             outcome.error = error
@@ -81,7 +88,7 @@ class PipelinedPublisher:
         self.broker.emit_before("enqueue", message, None)
         self._pending[self._next_tag] = self._key_of[message.message_id] = key
         self._next_tag += 1
-        self.channel.basic_publish(
+        self.channel._impl.basic_publish(
             exchange="",
             routing_key=message.queue_name,
             body=message.encode(),

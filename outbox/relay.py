@@ -23,7 +23,7 @@ from datetime import timedelta
 import dramatiq
 import redis
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import F, Min, Q
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
@@ -149,6 +149,8 @@ class Relay:
     def claim_batch(self) -> list[OutboxMessage]:
         now = timezone.now()
         token = uuid.uuid4().hex
+        if connection.vendor == "postgresql":
+            return self._claim_in_one_statement(now, token)
         with transaction.atomic():
             due = (
                 OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=now)
@@ -163,6 +165,24 @@ class Relay:
                 Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
             ).update(claimed_until=now + self.lease, claimed_by=token, send_attempts=F("send_attempts") + 1)
         return list(OutboxMessage.objects.filter(claimed_by=token, published_at__isnull=True).order_by("id"))
+
+    def _claim_in_one_statement(self, now, token: str) -> list[OutboxMessage]:
+        """Lock the due rows, lease them and read them back in one round trip (the pending index
+        serves the inner query)."""
+        table = OutboxMessage._meta.db_table
+        rows = OutboxMessage.objects.raw(
+            f"""
+            UPDATE {table} SET claimed_until = %s, claimed_by = %s, send_attempts = send_attempts + 1
+            WHERE id IN (
+                SELECT id FROM {table}
+                WHERE published_at IS NULL AND available_at <= %s AND (claimed_until IS NULL OR claimed_until < %s)
+                ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+            )
+            RETURNING *
+            """,
+            [now + self.lease, token, now, now, self.batch_size],
+        )
+        return sorted(rows, key=lambda row: row.id)
 
     def send(self, row: OutboxMessage) -> None:
         """Enqueue one copy per subscriber; returns once the broker has confirmed each."""
