@@ -9,7 +9,8 @@ from django.db.models import Q
 class OutboxMessage(models.Model):
     """An event appended in the same transaction as the state change it announces."""
 
-    message_id = models.UUIDField(default=uuid.uuid4, editable=False, db_index=True)
+    # Looked up through outbox_message_target_unique, which leads with it.
+    message_id = models.UUIDField(default=uuid.uuid4, editable=False)
     type = models.CharField(max_length=100, db_index=True)
     version = models.PositiveIntegerField()
     source = models.CharField(max_length=100, help_text="The context that published it (its app).")
@@ -100,6 +101,8 @@ class InboxMessage(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["subscriber", "message_id"], name="inbox_subscriber_message_unique"),
         ]
+        # The timeline asks who processed a message, whatever the subscriber.
+        indexes = [models.Index(fields=["message_id"], name="inbox_message_idx")]
 
     def __str__(self):
         return f"{self.subscriber} <- {self.type} {self.message_id}"
@@ -135,6 +138,7 @@ class DeadLetter(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["subscriber", "message_id"], name="deadletter_subscriber_message_unique"),
         ]
+        indexes = [models.Index(fields=["message_id"], name="deadletter_message_idx")]
 
     def __str__(self):
         return f"{self.subscriber}: {self.type or '?'} ({self.reason})"

@@ -6,6 +6,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from uuid import UUID, uuid4
 
+import psycopg
 from django.db import connections, transaction
 from django.utils import timezone
 
@@ -47,9 +48,7 @@ def publish(
     now = timezone.now()
     correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
     same_story = cause is not None and cause.correlation_id == correlation_id
-    if connections[using].vendor != "postgresql":  # PostgreSQL's trigger sends a NOTIFY instead
-        _nudge_the_relay_on_commit(using)
-    return OutboxMessage.objects.using(using).create(
+    row = OutboxMessage(
         type=event.type,
         version=event.version,
         source=event.source(),
@@ -58,22 +57,57 @@ def publish(
         causation_id=cause.message_id if cause else None,
         hops=cause.hops + 1 if same_story else 0,
         stream=stream,
-        sequence=_next_sequence(stream, using=using),
+        sequence=0,
         payload=event.model_dump(mode="json"),
         available_at=available_at or now,
         recipients=subscribers_of(event.type),
     )
+    if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
+        _insert_numbered(row, using=using)
+    else:
+        _nudge_the_relay_on_commit(using)
+        row.sequence = _next_sequence(stream, using=using)
+        row.save(using=using, force_insert=True)
+    return row
+
+
+def _insert_numbered(row: OutboxMessage, *, using: str) -> None:
+    """Number the row in its stream and insert it in one statement: one round trip per event,
+    the stream's row lock still ordering concurrent publishers."""
+    connection = connections[using]
+    fields = [f for f in OutboxMessage._meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    streams, outbox = quote(Stream._meta.db_table), quote(OutboxMessage._meta.db_table)
+    values = ", ".join("(SELECT last_sequence FROM numbered)" if f.attname == "sequence" else "%s" for f in fields)
+    params = [row.stream] + [
+        f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields if f.attname != "sequence"
+    ]
+    connection.ensure_connection()
+    # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
+    # would quote every value into the text of the statement and parse it anew each time.
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams)}) "
+            f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) "
+            "RETURNING id, sequence",
+            params,
+            prepare=True,
+        )
+        row.id, row.sequence = cursor.fetchone()
+    row._state.adding, row._state.db = False, using
+
+
+_NUMBER_IN_STREAM = (
+    "INSERT INTO {table} (name, last_sequence) VALUES (%s, 1) "
+    "ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + 1 RETURNING last_sequence"
+)
 
 
 def _next_sequence(stream: str, *, using: str) -> int:
     """Hand out the stream's next number in one round trip; the row lock orders concurrent publishers."""
     table = connections[using].ops.quote_name(Stream._meta.db_table)
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (name, last_sequence) VALUES (%s, 1) "
-            f"ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + 1 RETURNING last_sequence",
-            [stream],
-        )
+        cursor.execute(_NUMBER_IN_STREAM.format(table=table), [stream])
         return cursor.fetchone()[0]
 
 
