@@ -144,6 +144,10 @@ OUTBOX_SWEEP_INTERVAL_SECONDS = float(os.environ.get("OUTBOX_SWEEP_INTERVAL_SECO
 OUTBOX_SWEEP_GRACE_SECONDS = float(os.environ.get("OUTBOX_SWEEP_GRACE_SECONDS", "900"))
 OUTBOX_SWEEP_MAX_RESENDS = int(os.environ.get("OUTBOX_SWEEP_MAX_RESENDS", "3"))
 OUTBOX_SWEEP_HORIZON_SECONDS = float(os.environ.get("OUTBOX_SWEEP_HORIZON_SECONDS", str(7 * 24 * 3600)))
+# `manage.py prune_messages` deletes published outbox rows, inbox rows, resolved dead letters
+# and idle stream cursors older than this. It must outlive every horizon in which an old
+# message can still arrive or be sent again (message TTL, sweep horizon): a system check says so.
+OUTBOX_RETENTION_SECONDS = float(os.environ.get("OUTBOX_RETENTION_SECONDS", str(30 * 24 * 3600)))
 
 LOGGING = {
     "version": 1,

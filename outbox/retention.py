@@ -1,0 +1,109 @@
+"""Retention: the outbox, the inboxes and the stream cursors would otherwise grow forever.
+
+`prune()` deletes, in batches of its own short transactions (`SKIP LOCKED`, so it never waits
+on a relay or a handler), what no guarantee needs any more once it is older than the retention
+window: published outbox rows, inbox rows, resolved dead letters, and cursors of streams with
+no event left in the outbox. It never deletes an unpublished row or an open dead letter.
+
+The window must outlive every horizon in which an old message can still arrive: a copy still
+queued (OUTBOX_MESSAGE_TTL_SECONDS, after which it is dead-lettered as expired) or sent again by
+the redelivery sweep (OUTBOX_SWEEP_HORIZON_SECONDS). Within it an inbox row still turns a
+redelivery into a no-op; past it no copy exists to deliver. A replayed dead letter is a fresh
+send of the envelope the dead letter keeps, so it needs no outbox row.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core import checks
+from django.db import connection, transaction
+from django.utils import timezone
+
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+
+
+@dataclass
+class Pruned:
+    table: str
+    deleted: int = 0
+    batches: int = 0
+    finished: bool = False
+
+
+def redelivery_horizon() -> timedelta:
+    """How long after it was sent a copy of a message can still be delivered."""
+    return timedelta(seconds=max(settings.OUTBOX_MESSAGE_TTL_SECONDS, settings.OUTBOX_SWEEP_HORIZON_SECONDS))
+
+
+def prune(
+    *,
+    older_than: timedelta | None = None,
+    batch_size: int = 5_000,
+    on_batch: Callable[[Pruned], None] | None = None,
+) -> list[Pruned]:
+    """Delete what is past the retention window, `batch_size` rows a transaction."""
+    if older_than is not None and older_than <= redelivery_horizon():
+        raise ValueError(
+            f"a window of {older_than} would delete inbox rows of messages that can still be delivered "
+            f"(redelivery horizon {redelivery_horizon()})"
+        )
+    cutoff = timezone.now() - (older_than or timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS))
+    return [
+        _delete_in_batches(table, where, params, batch_size, on_batch)
+        for table, where, params in _what_to_prune(cutoff)
+    ]
+
+
+def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, list]]:
+    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
+    letters, cursors = DeadLetter._meta.db_table, StreamCursor._meta.db_table
+    return [
+        (outbox, "published_at < %s", [cutoff]),
+        (inbox, "processed_at < %s", [cutoff]),
+        (letters, "status <> %s AND resolved_at < %s", [DeadLetter.Status.OPEN, cutoff]),
+        # A cursor whose stream has no event left in the outbox has been idle for the whole
+        # window; an open dead letter of the stream may still be replayed, so its cursor stays.
+        (
+            cursors,
+            f"NOT EXISTS (SELECT 1 FROM {outbox} o WHERE o.stream = {cursors}.stream AND o.target_subscriber = '') "
+            f"AND NOT EXISTS (SELECT 1 FROM {letters} d "
+            f"WHERE d.status = %s AND d.envelope ->> 'stream' = {cursors}.stream)",
+            [DeadLetter.Status.OPEN],
+        ),
+    ]
+
+
+def _delete_in_batches(table, where, params, batch_size, on_batch) -> Pruned:
+    pruned = Pruned(table)
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY id LIMIT %s{lock})",
+                [*params, batch_size],
+            )
+            deleted = cursor.rowcount
+        pruned.deleted += deleted
+        pruned.batches += 1
+        pruned.finished = deleted < batch_size
+        if on_batch:
+            on_batch(pruned)
+        if pruned.finished:
+            return pruned
+
+
+@checks.register()
+def retention_outlives_redelivery(app_configs=None, **kwargs):
+    """An inbox row pruned while a copy of its message can still arrive would let it take effect twice."""
+    if not redelivery_horizon().total_seconds() < settings.OUTBOX_RETENTION_SECONDS:
+        return [
+            checks.Error(
+                f"OUTBOX_RETENTION_SECONDS ({settings.OUTBOX_RETENTION_SECONDS:.0f}) must exceed the longest "
+                f"redelivery horizon ({redelivery_horizon()}: OUTBOX_MESSAGE_TTL_SECONDS, "
+                "OUTBOX_SWEEP_HORIZON_SECONDS)",
+                id="outbox.E001",
+            )
+        ]
+    return []

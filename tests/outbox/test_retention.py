@@ -1,0 +1,103 @@
+"""Retention: prune_messages deletes what no guarantee needs any more, and nothing else."""
+
+import uuid
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.retention import prune, retention_outlives_redelivery
+from tests.probe.services import ping
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LONG_AGO = timezone.now() - timedelta(days=90)
+
+
+def an_event(*, published: bool, old: bool) -> OutboxMessage:
+    row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
+    when = LONG_AGO if old else timezone.now()
+    OutboxMessage.objects.filter(pk=row.pk).update(
+        available_at=when, occurred_at=when, published_at=when if published else None
+    )
+    return row
+
+
+def an_inbox_row(*, old: bool) -> InboxMessage:
+    row = InboxMessage.objects.create(
+        subscriber="probe_a", message_id=uuid.uuid4(), type="probe.pinged", correlation_id=uuid.uuid4()
+    )
+    if old:
+        InboxMessage.objects.filter(pk=row.pk).update(processed_at=LONG_AGO)
+    return row
+
+
+def a_dead_letter(*, status: str, stream: str = "ping:0") -> DeadLetter:
+    resolved = LONG_AGO if status != DeadLetter.Status.OPEN else None
+    return DeadLetter.objects.create(
+        subscriber="probe_a",
+        message_id=uuid.uuid4(),
+        envelope={"stream": stream},
+        reason="handler_failed",
+        first_failed_at=LONG_AGO,
+        last_failed_at=LONG_AGO,
+        status=status,
+        resolved_at=resolved,
+    )
+
+
+def remaining(model) -> set[int]:
+    return set(model.objects.values_list("pk", flat=True))
+
+
+def test_prune_deletes_only_what_is_old_and_settled_in_batches():
+    old_published = [an_event(published=True, old=True) for _ in range(5)]
+    old_unpublished = an_event(published=False, old=True)  # a relay was down for months: still to send
+    recent = an_event(published=True, old=False)
+    old_inbox, new_inbox = [an_inbox_row(old=True) for _ in range(3)], an_inbox_row(old=False)
+    discarded, still_open = a_dead_letter(status="discarded"), a_dead_letter(status="open", stream="ping:open")
+    idle = StreamCursor.objects.create(subscriber="probe_a", stream="ping:gone")
+    live = StreamCursor.objects.create(subscriber="probe_a", stream=recent.stream)
+    awaiting_replay = StreamCursor.objects.create(subscriber="probe_a", stream="ping:open")
+    batches = []
+
+    results = prune(batch_size=2, on_batch=lambda p: batches.append((p.table, p.deleted)))
+
+    assert remaining(OutboxMessage) == {old_unpublished.pk, recent.pk}
+    assert remaining(InboxMessage) == {new_inbox.pk}
+    assert remaining(DeadLetter) == {still_open.pk}
+    assert remaining(StreamCursor) == {live.pk, awaiting_replay.pk}
+    assert idle.pk not in remaining(StreamCursor) and discarded.pk not in remaining(DeadLetter)
+    deleted = {p.table: p.deleted for p in results}
+    assert deleted[OutboxMessage._meta.db_table] == len(old_published)
+    assert deleted[InboxMessage._meta.db_table] == len(old_inbox)
+    assert (OutboxMessage._meta.db_table, 4) in batches  # two rows a transaction, reported as it goes
+
+
+def test_a_window_inside_the_redelivery_horizon_is_refused(settings):
+    an_inbox_row(old=True)
+    with pytest.raises(ValueError, match="redelivery horizon"):
+        prune(older_than=timedelta(days=1))
+    with pytest.raises(CommandError, match="choose a longer window"):
+        call_command("prune_messages", "--older-than-days", "1", stdout=StringIO())
+    assert InboxMessage.objects.count() == 1
+
+    settings.OUTBOX_RETENTION_SECONDS = 3600
+    assert [e.id for e in retention_outlives_redelivery()] == ["outbox.E001"]
+
+
+def test_the_command_reports_progress_and_what_it_deleted():
+    for _ in range(3):
+        an_inbox_row(old=True)
+    out = StringIO()
+
+    call_command("prune_messages", "--batch-size", "2", stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "pruning what is older than 30 days (batches of 2)"
+    assert "  outbox_inboxmessage: 3 deleted (2 batches)" in lines
+    assert "outbox_inboxmessage 3" in lines[-1]
+    assert InboxMessage.objects.count() == 0
