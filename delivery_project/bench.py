@@ -5,6 +5,7 @@ with min and max; its reference (raw pika with pipelined confirms, Dramatiq's ow
 enqueue) is timed in the same run, so the ratio means something on a shared, noisy machine.
 """
 
+import json
 import multiprocessing
 import os
 import platform
@@ -23,7 +24,7 @@ from django.utils import timezone
 
 from deliveries.events import DeliveryRequested, Location, PackageInfo
 from delivery_project.bench_relay import relay_process
-from outbox.models import OutboxMessage
+from outbox.models import InboxMessage, OutboxMessage
 from outbox.publishing import publish
 from outbox.subscriptions import message_to, queue_name, subscribers_of
 
@@ -198,14 +199,12 @@ def machine() -> dict:
     }
 
 
-def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str]) -> list[float]:
+def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str]) -> "Latencies":
     """Milliseconds from the commit of each event to its handler's start (the inbox row's time),
     with `rate` events a second, one per transaction, for `seconds`; a relay and a worker
     process run meanwhile, as in production."""
     import subprocess
     import sys
-
-    from outbox.models import InboxMessage
 
     manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
     processes = [
@@ -214,7 +213,7 @@ def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str
     ]
     committed: dict[str, float] = {}
     try:
-        _warm_up(InboxMessage)
+        _warm_up()
         began = time.monotonic()
         for i in range(int(rate * seconds)):
             pause = began + i / rate - time.monotonic()
@@ -243,16 +242,29 @@ def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str
             f"only {len(handled)} of {len(committed)} events were handled within 120 s of the last: "
             f"{rate:.0f} events/s is more than the handlers keep up with here (try a lower --latency-rate)"
         )
-    return sorted((at.timestamp() - committed[str(mid)]) * 1000 for mid, at in handled.items())
+    relayed = OutboxMessage.objects.filter(message_id__in=list(committed)).values_list("message_id", "published_at")
+    return Latencies(
+        to_handler=sorted((at.timestamp() - committed[str(mid)]) * 1000 for mid, at in handled.items()),
+        to_confirmed=sorted((at.timestamp() - committed[str(mid)]) * 1000 for mid, at in relayed),
+    )
 
 
-def _warm_up(inbox) -> None:
+@dataclass
+class Latencies:
+    """Milliseconds from each commit to its handler's start, and to the broker's confirm of
+    every copy (the relay's share: the row is marked published right after)."""
+
+    to_handler: list[float]
+    to_confirmed: list[float]
+
+
+def _warm_up() -> None:
     """One event through relay and worker before the clock starts: processes booted, queues declared."""
     event = a_delivery_requested()
     with transaction.atomic():
         row = publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
     deadline = time.monotonic() + 120
-    while not inbox.objects.filter(message_id=row.message_id, subscriber="packages").exists():
+    while not InboxMessage.objects.filter(message_id=row.message_id, subscriber="packages").exists():
         if time.monotonic() > deadline:
             raise RuntimeError("the relay and the worker did not handle a first event within 120 s")
         time.sleep(0.2)
@@ -261,3 +273,95 @@ def _warm_up(inbox) -> None:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def fill_history(rows: int) -> None:
+    """`rows` published outbox rows and as many inbox rows, relayed and processed 40 days ago
+    (past the retention window), written by the database itself."""
+    payload = a_delivery_requested().model_dump(mode="json")
+    long_ago = timezone.now() - timedelta(days=40)
+    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""INSERT INTO {outbox} (message_id, type, version, source, occurred_at, correlation_id, stream,
+                sequence, hops, payload, available_at, published_at, claimed_by, send_attempts,
+                target_subscriber, recipients, acknowledged_at, resends)
+            SELECT gen_random_uuid(), 'delivery.requested', 2, 'deliveries', %s, gen_random_uuid(),
+                'history:' || i, 1, 0, %s::jsonb, %s, %s, '', 1, '', '["drones", "packages"]'::jsonb, %s, 0
+            FROM generate_series(1, %s) AS i""",
+            [long_ago, json.dumps(payload), long_ago, long_ago, long_ago, rows],
+        )
+        cursor.execute(
+            f"""INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates)
+            SELECT 'packages', message_id, type, correlation_id, published_at, 0 FROM {outbox}
+            WHERE stream LIKE 'history:%%'"""
+        )
+        cursor.execute(f"ANALYZE {outbox}; ANALYZE {inbox}")
+
+
+def claim_milliseconds(*, batches: int, batch_size: int = 1000) -> list[float]:
+    """Milliseconds each of `batches` claims of `batch_size` due rows takes (rows marked, not sent)."""
+    from outbox.relay import Relay
+
+    publish_events(batches * batch_size)
+    relay = Relay(batch_size=batch_size)
+    times = []
+    for _ in range(batches):
+        began = time.perf_counter()
+        rows = relay.claim_batch()
+        times.append((time.perf_counter() - began) * 1000)
+        relay.mark_published(rows)
+    return times
+
+
+def handler_milliseconds(*, count: int) -> list[float]:
+    """Milliseconds the packages subscriber takes per delivery.requested, dispatched in this
+    process: inbox check, handler, inbox row, all in its transaction."""
+    from outbox.dispatch import dispatch
+
+    began_id = OutboxMessage.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    publish_events(count)
+    times = []
+    for row in OutboxMessage.objects.filter(id__gt=began_id).order_by("id"):
+        envelope = row.envelope()
+        began = time.perf_counter()
+        dispatch(subscriber="packages", body=envelope)
+        times.append((time.perf_counter() - began) * 1000)
+    return times
+
+
+def prune_history() -> tuple[int, float]:
+    """(rows deleted, seconds) for prune_messages' work on what fill_history wrote."""
+    from outbox.retention import prune
+
+    began = time.perf_counter()
+    deleted = sum(p.deleted for p in prune())
+    return deleted, time.perf_counter() - began
+
+
+def plot_latency(figures: dict[str, dict], path: Path) -> bool:
+    """Commit-to-handler and commit-to-confirmed percentiles against offered load (PNG); False
+    when fewer than two loads were measured."""
+    rates = sorted({float(key.rsplit("_at_", 1)[1]) for key in figures if "_at_" in key})
+    if len(rates) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
+    for to, colour in (("handler", "tab:blue"), ("confirmed", "tab:orange")):
+        for q, style in ((50, "-"), (99, "--")):
+            medians = [figures[f"{to}_p{q}_at_{rate:g}"]["median"] for rate in rates]
+            axes.plot(rates, medians, style, color=colour, marker="o", label=f"commit to {to}, p{q}")
+    axes.set_yscale("log")
+    axes.set_xlabel("offered load (events/s, one per transaction)")
+    axes.set_ylabel("milliseconds (median of runs)")
+    axes.set_title("Latency against load: PostgreSQL + RabbitMQ, one relay, 2 worker processes")
+    axes.grid(alpha=0.3, which="both")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return True

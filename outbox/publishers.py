@@ -53,12 +53,20 @@ class PipelinedPublisher:
         self._key_of: dict[str, Hashable] = {}  # message id -> key, for returns
         self._refused: set[Hashable] = set()
         self._acked: list[Hashable] = []
+        self._copies_left: dict[Hashable, int] = {}
+        self._error: Exception | None = None
         self._next_tag = 1
 
     def publish(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
         """Send every message of the batch; return once each is confirmed, refused or lost."""
-        outcome = Outcome()
-        copies_left = {key: len(messages) for key, messages in batch}
+        self.start(batch)
+        return self.finish()
+
+    def start(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> None:
+        """Write the batch out, waiting only while `window` confirms are outstanding; `finish`
+        collects the rest, so the caller can do other work (claim the next batch) meanwhile."""
+        self._copies_left = {key: len(messages) for key, messages in batch}
+        self._error = None
         try:
             self._open()
             sent = 0
@@ -70,15 +78,26 @@ class PipelinedPublisher:
                         self._wait(lambda: len(self._pending) < self.window)
                     elif sent % FLUSH_EVERY == 0:
                         self.connection.process_data_events(time_limit=0)  # write out, read confirms
-            self._wait(lambda: not self._pending)
+            self.connection.process_data_events(time_limit=0)
         except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
-            outcome.error = error
+            self._error = error
             self.close()
+
+    def finish(self) -> Outcome:
+        """Wait for the confirms of what `start` sent; what became of each key."""
+        outcome = Outcome(error=self._error)
+        if outcome.error is None:
+            try:
+                self._wait(lambda: not self._pending)
+            except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
+                outcome.error = error
+                self.close()
+        copies_left = self._copies_left
         for key in self._acked:
             copies_left[key] -= 1
         outcome.refused = set(self._refused)
         outcome.confirmed = {key for key, left in copies_left.items() if left == 0 and key not in outcome.refused}
-        self._acked, self._refused, self._pending, self._key_of = [], set(), {}, {}
+        self._acked, self._refused, self._pending, self._key_of, self._copies_left = [], set(), {}, {}, {}
         return outcome
 
     def _send(self, key: Hashable, message: dramatiq.Message) -> None:

@@ -81,11 +81,54 @@ class Relay:
         rows = self.claim_batch()
         if not rows:
             return 0
-        sent: list[OutboxMessage] = []
+        return self._settle(rows, self._start(rows))
+
+    def drain(self, stop: threading.Event | None = None) -> int:
+        """Relay batches until fewer than a full batch is due. With the pipelined publisher the
+        next batch is claimed while the broker confirms the current one."""
+        total = 0
+        rows = self.claim_batch()
+        while rows and not (stop and stop.is_set()):
+            suspects = self._start(rows)
+            full = len(rows) >= self.batch_size
+            upcoming: list[OutboxMessage] = []
+            try:
+                if full and self.publisher is not None:
+                    upcoming = self.claim_batch()
+            finally:
+                try:
+                    total += self._settle(rows, suspects)
+                except BaseException:
+                    self._release(upcoming)  # claimed for nothing: the broker is in trouble
+                    raise
+            if not full:
+                break
+            rows = upcoming if self.publisher is not None else self.claim_batch()
+        else:
+            self._release(rows)  # stopped with a batch claimed but not sent
+        return total
+
+    def _start(self, rows: list[OutboxMessage]) -> list[_SendFailed]:
+        """Put the batch in flight (pipelined publisher only); rows that cannot even be encoded are suspects."""
         suspects: list[_SendFailed] = []
+        if self.publisher is None:
+            return suspects
+        batch = []
+        for row in rows:
+            try:
+                envelope = row.envelope()
+                batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
+            except Exception as error:
+                suspects.append(_SendFailed(row, error))
+        self.publisher.start(batch)
+        return suspects
+
+    def _settle(self, rows: list[OutboxMessage], suspects: list[_SendFailed]) -> int:
+        """Finish sending the batch, mark what the broker confirmed, release the rest or set it aside."""
+        sent: list[OutboxMessage] = []
         try:
             if self.publisher is not None:
-                self._send_pipelined(rows, sent, suspects)
+                self._collect_confirms(rows, sent, suspects)
             else:
                 self._send_one_by_one(rows, sent, suspects)
             if sent:
@@ -120,31 +163,15 @@ class Relay:
             sent.append(row)
             streak = 0
 
-    def _send_pipelined(self, rows, sent: list[OutboxMessage], suspects: list[_SendFailed]) -> None:
-        """The whole batch in flight at once (RabbitMQ with confirms). A copy the broker refused
-        leaves its row unsent and suspect; a lost connection leaves every unconfirmed row unsent."""
-        batch, by_id = [], {row.id: row for row in rows}
-        for row in rows:
-            try:
-                envelope = row.envelope()
-                batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
-            except Exception as error:
-                suspects.append(_SendFailed(row, error))
-        outcome = self.publisher.publish(batch)
+    def _collect_confirms(self, rows, sent: list[OutboxMessage], suspects: list[_SendFailed]) -> None:
+        """A copy the broker refused leaves its row unsent and suspect; a lost connection leaves
+        every unconfirmed row unsent."""
+        by_id = {row.id: row for row in rows}
+        outcome = self.publisher.finish()
         sent.extend(row for row in rows if row.id in outcome.confirmed)
         suspects.extend(_SendFailed(by_id[i], BrokerRefused("the broker refused a copy")) for i in outcome.refused)
         if outcome.error is not None:
             raise outcome.error
-
-    def drain(self, stop: threading.Event | None = None) -> int:
-        """Relay batches until fewer than a full batch is due."""
-        total = 0
-        while not (stop and stop.is_set()):
-            count = self.relay_batch()
-            total += count
-            if count < self.batch_size:
-                break
-        return total
 
     def claim_batch(self) -> list[OutboxMessage]:
         now = timezone.now()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -13,23 +14,28 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
 def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_path):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
-    command = [*MANAGE, "bench", "--events", "100", "--runs", "1", "--relays", "1,2", "--results-dir", str(tmp_path)]
-    command += ["--latency-rate", "20", "--latency-seconds", "2"]
+    command = [*MANAGE, "bench", "--events", "100", "--runs", "1", "--relays", "1", "--results-dir", str(tmp_path)]
+    command += ["--latency-rates", "20", "--latency-seconds", "2", "--history", "300"]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "x raw pika" in run.stdout  # each relay figure beside its reference
+    assert re.search(r"\d+\.\d\d x raw_pipelined", run.stdout)  # each relay figure beside its reference
     [written] = tmp_path.glob("bench-*.json")
     result = json.loads(written.read_text())
     assert set(result["figures"]) == {
         "raw_pipelined",
         "dramatiq_enqueue",
         "relay_1",
-        "relay_2",
         "publish",
-        "latency_p50",
-        "latency_p99",
+        *(f"{to}_p{q}_at_20" for to in ("handler", "confirmed") for q in (50, 99)),
+        "claim_empty",
+        "claim_history",
+        "handler_empty",
+        "handler_history",
+        "prune",
     }
     assert all(f["median"] > 0 and f["min"] <= f["median"] <= f["max"] for f in result["figures"].values())
     assert result["figures"]["relay_1"]["reference"] == "raw_pipelined"
+    assert result["figures"]["claim_history"]["reference"] == "claim_empty"
+    assert "600 rows deleted" in result["figures"]["prune"]["note"]  # the history it wrote, outbox and inbox
     assert result["machine"]["cpus"] and result["machine"]["postgresql"]

@@ -102,3 +102,33 @@ def test_a_connection_cut_mid_batch_marks_only_rows_whose_every_copy_was_confirm
     assert published_count() == 100
     wait_until(lambda: Effect.objects.count() == 200, what="every row processed by both subscribers")
     assert effects_per_message() == {1: 200}
+
+
+def test_a_cut_while_the_next_batch_is_claimed_releases_it_and_the_drain_resumes_exactly_once(worker, broker):
+    url = urlsplit(settings.BROKER_URL)
+    proxy = TcpProxy(url.hostname, url.port)
+    proxy.up()
+    for n in range(40):
+        ping(n=n)
+    relay = Relay(broker=broker_behind(proxy), batch_size=10)
+    claims = []
+    claim_batch = relay.claim_batch
+    relay.claim_batch = lambda: claims.append(claim_batch()) or claims[-1]
+    # The third batch's copies are cut off; by then the fourth is claimed, awaiting its turn.
+    relay.publisher = PublisherCutMidBatch(relay.broker, proxy=proxy, cut_after=45, window=100)
+    try:
+        with pytest.raises(BrokerUnavailable):
+            relay.drain()
+    finally:
+        proxy.down()
+
+    assert [len(batch) for batch in claims] == [10, 10, 10, 10]  # each claimed while the one before was confirmed
+    assert published_count() == 20  # the first two batches, confirmed before the cut
+    assert not OutboxMessage.objects.exclude(claimed_by="").filter(published_at__isnull=True).exists()
+    assert set(OutboxMessage.objects.filter(published_at__isnull=True).values_list("send_attempts", flat=True)) == {
+        0
+    }  # released, not counted against them
+    Relay(broker=broker).drain()
+    assert published_count() == 40
+    wait_until(lambda: Effect.objects.count() == 80, what="every row processed by both subscribers")
+    assert effects_per_message() == {1: 80}

@@ -1,4 +1,5 @@
 import json
+import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,11 +23,21 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=10_000, help="Events a relay figure drains.")
         parser.add_argument("--runs", type=int, default=3, help="Runs of each figure (the median is reported).")
         parser.add_argument("--relays", default="1,2,4", help="Relay process counts to measure.")
-        parser.add_argument("--latency-rate", type=float, default=50.0, help="Events a second for the latency figure.")
+        parser.add_argument(
+            "--latency-rates",
+            default="10,50,100,200",
+            help="Offered loads (events a second, one per transaction) at which latency is measured.",
+        )
         parser.add_argument("--latency-seconds", type=float, default=30.0)
+        parser.add_argument(
+            "--history",
+            type=int,
+            default=1_000_000,
+            help="Settled outbox and inbox rows the scale figures are measured beside (0: skip them).",
+        )
         parser.add_argument("--results-dir", default=str(Path(settings.BASE_DIR) / "bench" / "results"))
 
-    def handle(self, *, events, runs, relays, results_dir, latency_rate, latency_seconds, **options):
+    def handle(self, *, events, runs, relays, results_dir, latency_rates, latency_seconds, history, **options):
         if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
             raise CommandError("bench measures against RabbitMQ: set BROKER_URL=amqp://...")
         sys.stdout.reconfigure(line_buffering=True)
@@ -41,8 +52,10 @@ class Command(BaseCommand):
                     events=events,
                     runs=runs,
                     relays=[int(r) for r in relays.split(",")],
-                    latency=(latency_rate, latency_seconds),
+                    latency=([float(r) for r in latency_rates.split(",")], latency_seconds),
                 )
+                if history:
+                    figures.update(self._measure_scale(history=history, runs=max(runs, 5)))
         except RuntimeError as error:
             raise CommandError(str(error)) from error
         self._report(
@@ -51,8 +64,9 @@ class Command(BaseCommand):
             results_dir,
             events=events,
             runs=runs,
-            latency_rate=latency_rate,
+            latency_rates=latency_rates,
             latency_s=latency_seconds,
+            history=history,
         )
 
     def _measure(self, scratch, *, events: int, runs: int, relays: list[int], latency) -> dict[str, bench.Figure]:
@@ -67,8 +81,12 @@ class Command(BaseCommand):
             "publish": bench.Figure(
                 "publish(), 500 events a transaction", "events/s", note="delivery.requested, ~800 B"
             ),
-            "latency_p50": bench.Figure(f"commit to handler p50 at {latency[0]:.0f} events/s", "ms"),
-            "latency_p99": bench.Figure(f"commit to handler p99 at {latency[0]:.0f} events/s", "ms"),
+            **{
+                f"{to}_p{q}_at_{rate:g}": bench.Figure(f"commit to {to} p{q} at {rate:g} events/s", "ms")
+                for rate in latency[0]
+                for to in ("handler", "confirmed")
+                for q in (50, 99)
+            },
         }
         for run in range(1, runs + 1):
             self.stdout.write(f"run {run}/{runs}")
@@ -87,11 +105,44 @@ class Command(BaseCommand):
                 seconds = bench.drain_with_relay_processes(n, database_url=scratch.database_url)
                 figures[f"relay_{n}"].values.append(messages / seconds)
                 self._progress(figures[f"relay_{n}"])
+            for rate in latency[0]:
+                bench.empty_the_outbox_and_queues()
+                latencies = bench.commit_to_handler_latency(rate=rate, seconds=latency[1], env=scratch.env())
+                for to in ("handler", "confirmed"):
+                    for q in (50, 99):
+                        figure = figures[f"{to}_p{q}_at_{rate:g}"]
+                        figure.values.append(bench.percentile(getattr(latencies, f"to_{to}"), q))
+                        self._progress(figure)
+        return figures
+
+    def _measure_scale(self, *, history: int, runs: int) -> dict[str, bench.Figure]:
+        """Claim and handler time with an empty history and beside `history` settled rows, then pruning them."""
+        label = f"{history:,} settled rows"
+        figures = {
+            "claim_empty": bench.Figure("claim 1,000 due rows, empty tables", "ms"),
+            "claim_history": bench.Figure(f"claim 1,000 due rows beside {label}", "ms", reference="claim_empty"),
+            "handler_empty": bench.Figure("handle delivery.requested (packages), empty tables", "ms"),
+            "handler_history": bench.Figure(
+                f"handle delivery.requested (packages) beside {label}", "ms", reference="handler_empty"
+            ),
+            "prune": bench.Figure(f"prune_messages on {2 * history:,} rows (outbox + inbox)", "rows/s"),
+        }
+        for case in ("empty", "history"):
             bench.empty_the_outbox_and_queues()
-            latencies = bench.commit_to_handler_latency(rate=latency[0], seconds=latency[1], env=scratch.env())
-            for q in (50, 99):
-                figures[f"latency_p{q}"].values.append(bench.percentile(latencies, q))
-                self._progress(figures[f"latency_p{q}"])
+            bench.InboxMessage.objects.all().delete()
+            if case == "history":
+                self.stdout.write(f"writing {label} (outbox and inbox)...")
+                bench.fill_history(history)
+            figures[f"claim_{case}"].values.extend(bench.claim_milliseconds(batches=runs))
+            self._progress(figures[f"claim_{case}"])
+            for _ in range(runs):
+                figures[f"handler_{case}"].values.append(statistics.mean(bench.handler_milliseconds(count=40)))
+            self._progress(figures[f"handler_{case}"])
+        self.stdout.write("pruning them...")
+        deleted, seconds = bench.prune_history()
+        figures["prune"].values.append(deleted / seconds)
+        figures["prune"].note = f"{deleted:,} rows deleted in {seconds:.1f} s, batches of 5,000"
+        self._progress(figures["prune"])
         return figures
 
     def _progress(self, figure: bench.Figure) -> None:
@@ -104,7 +155,7 @@ class Command(BaseCommand):
             ratio = ""
             if figure.reference:
                 reference = figures[figure.reference]
-                ratio = f"{figure.median / reference.median:.2f} x {reference.name.split(',')[0]}"
+                ratio = f"{figure.median / reference.median:.2f} x {figure.reference}"
             self.stdout.write(
                 f"{figure.name:<52} {figure.median:>10,.1f} {min(figure.values):>10,.1f} "
                 f"{max(figure.values):>10,.1f}  {figure.unit:<11} {ratio}"
@@ -120,3 +171,5 @@ class Command(BaseCommand):
         }
         path.write_text(json.dumps(result, indent=2))
         self.stdout.write(f"written: {path}")
+        if bench.plot_latency(result["figures"], path.with_suffix(".png")):
+            self.stdout.write(f"latency plot: {path.with_suffix('.png')}")
