@@ -28,11 +28,12 @@ from django.db.models import F, Min, Q
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.brokers.redis import RedisBroker
 
 from outbox import wake_up
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
-from outbox.publishers import PipelinedPublisher
+from outbox.publishers import PipelinedPublisher, RedisPipelinedPublisher
 from outbox.subscriptions import message_to, subscribers_of
 from outbox.sweep import sweep_unacknowledged
 
@@ -73,8 +74,11 @@ class Relay:
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
         self.next_sweep = 0.0  # monotonic time of the next redelivery sweep
-        confirming = isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery
-        self.publisher = PipelinedPublisher(self.broker) if confirming else None
+        self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
+        if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
+            self.publisher = PipelinedPublisher(self.broker)
+        elif isinstance(self.broker, RedisBroker):
+            self.publisher = RedisPipelinedPublisher(self.broker)
 
     def relay_batch(self) -> int:
         """Claim, send and mark one batch of due rows; return how many were published."""
