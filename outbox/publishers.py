@@ -46,6 +46,9 @@ class Outcome:
 
 
 class PipelinedPublisher:
+    """Copies in flight across batches: `start` writes a batch out and returns, `collect` hands
+    back the rows resolved so far, so the relay can send what committed meanwhile."""
+
     def __init__(self, broker: RabbitmqBroker, *, window: int = 1000):
         self.broker = broker
         self.parameters = broker.parameters
@@ -53,13 +56,21 @@ class PipelinedPublisher:
         self.connection: pika.BlockingConnection | None = None
         self.channel = None
         self._declared: set[str] = set()
+        self._forget()
+        self._next_tag = 1
+
+    def _forget(self) -> None:
         self._pending: dict[int, Hashable] = {}  # delivery tag -> key
         self._key_of: dict[str, Hashable] = {}  # message id -> key, for returns
+        self._copies_left: dict[Hashable, int] = {}  # key -> copies not yet acked
         self._refused: set[Hashable] = set()
-        self._acked: list[Hashable] = []
-        self._copies_left: dict[Hashable, int] = {}
         self._error: Exception | None = None
-        self._next_tag = 1
+        self._last_progress = time.monotonic()
+
+    @property
+    def outstanding(self) -> int:
+        """Keys sent and not yet handed back by `collect`."""
+        return len(self._copies_left)
 
     def publish(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
         """Send every message of the batch; return once each is confirmed, refused or lost."""
@@ -67,10 +78,11 @@ class PipelinedPublisher:
         return self.finish()
 
     def start(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> None:
-        """Write the batch out, waiting only while `window` confirms are outstanding; `finish`
-        collects the rest, so the caller can do other work (claim the next batch) meanwhile."""
-        self._copies_left = {key: len(messages) for key, messages in batch}
-        self._error = None
+        """Write the batch out, waiting only while `window` confirms are outstanding."""
+        for key, messages in batch:
+            self._copies_left[key] = len(messages)
+        if self._error is not None:
+            return  # the connection is already lost: collect() reports it
         try:
             self._open()
             sent = 0
@@ -84,32 +96,50 @@ class PipelinedPublisher:
                         self.connection.process_data_events(time_limit=0)  # write out, read confirms
             self.connection.process_data_events(time_limit=0)
         except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
-            self._error = error
-            self.close()
+            self._lost(error)
+
+    def collect(self, *, wait: float = 0.0) -> Outcome:
+        """Keys resolved so far, after waiting up to `wait` seconds for more confirms: those whose
+        every copy was acked, those refused, and, once the connection is lost, the error (every
+        key still outstanding is then forgotten: its row is to be sent again)."""
+        if self._error is None and self._pending:
+            try:
+                self.connection.process_data_events(time_limit=wait)
+                if time.monotonic() - self._last_progress > CONFIRM_TIMEOUT_SECONDS:
+                    raise TimeoutError(f"no confirm for {CONFIRM_TIMEOUT_SECONDS} s, {len(self._pending)} missing")
+            except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
+                self._lost(error)
+        outcome = Outcome(refused=self._refused & self._copies_left.keys(), error=self._error)
+        outcome.confirmed = {k for k, left in self._copies_left.items() if left <= 0} - outcome.refused
+        for key in outcome.confirmed | outcome.refused:
+            del self._copies_left[key]
+        self._refused -= outcome.refused
+        if outcome.error is not None:
+            self._forget()
+        return outcome
 
     def finish(self) -> Outcome:
-        """Wait for the confirms of what `start` sent; what became of each key."""
-        outcome = Outcome(error=self._error)
-        if outcome.error is None:
-            try:
-                self._wait(lambda: not self._pending)
-            except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
-                outcome.error = error
-                self.close()
-        copies_left = self._copies_left
-        for key in self._acked:
-            copies_left[key] -= 1
-        outcome.refused = set(self._refused)
-        outcome.confirmed = {key for key, left in copies_left.items() if left == 0 and key not in outcome.refused}
-        self._acked, self._refused, self._pending, self._key_of, self._copies_left = [], set(), {}, {}, {}
-        return outcome
+        """Wait until every key sent is resolved or the connection is lost."""
+        outcome = Outcome()
+        while True:
+            part = self.collect(wait=0.05)
+            outcome.confirmed |= part.confirmed
+            outcome.refused |= part.refused
+            outcome.error = part.error
+            if part.error is not None or not self._copies_left:
+                return outcome
+
+    def _lost(self, error: Exception) -> None:
+        self._error = error
+        self.close()
 
     def _send(self, key: Hashable, message: dramatiq.Message) -> None:
         if message.queue_name not in self._declared:
             self.broker.declare_queue(message.queue_name, ensure=True)  # with Dramatiq's own arguments
             self._declared.add(message.queue_name)
         self.broker.emit_before("enqueue", message, None)
-        self._pending[self._next_tag] = self._key_of[message.message_id] = key
+        self._pending[self._next_tag] = (key, message.message_id)
+        self._key_of[message.message_id] = key
         self._next_tag += 1
         self.channel._impl.basic_publish(
             exchange="",
@@ -130,12 +160,15 @@ class PipelinedPublisher:
     def _on_confirm(self, frame) -> None:
         method = frame.method
         tags = [t for t in self._pending if t <= method.delivery_tag] if method.multiple else [method.delivery_tag]
+        self._last_progress = time.monotonic()
         for tag in tags:
-            key = self._pending.pop(tag, None)
+            key, message_id = self._pending.pop(tag, (None, None))
+            self._key_of.pop(message_id, None)
             if key is None:
                 continue
             if isinstance(method, pika.spec.Basic.Ack):
-                self._acked.append(key)
+                if key in self._copies_left:
+                    self._copies_left[key] -= 1
             else:
                 self._refused.add(key)
 
@@ -155,7 +188,8 @@ class PipelinedPublisher:
                 self.connection.process_data_events(time_limit=0)
                 return
             except (pika.exceptions.AMQPError, OSError):
-                pass
+                if self._pending:
+                    raise  # copies in flight on it are lost: the relay must hear of it
         self.close()
         self.connection = pika.BlockingConnection(self.parameters)
         self.channel = self.connection.channel()
@@ -188,12 +222,14 @@ class RedisPipelinedPublisher:
         self.broker = broker
         self._outcome = Outcome()
 
+    outstanding = 0  # a pipeline's replies come back with it: nothing is left in flight
+
     def publish(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
         self.start(batch)
         return self.finish()
 
     def start(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> None:
-        broker, self._outcome = self.broker, Outcome()
+        broker = self.broker
         pipeline = broker.client.pipeline(transaction=False)
         keys, dispatch = [], broker.scripts["dispatch"]
         for key, messages in batch:
@@ -219,15 +255,18 @@ class RedisPipelinedPublisher:
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as error:
             self._outcome.error = error
             return
+        refused = {key for key, result in zip(keys, results, strict=True) if isinstance(result, Exception)}
         for key, result in zip(keys, results, strict=True):
             if isinstance(result, Exception):
-                self._outcome.refused.add(key)
                 logger.warning("redis refused a copy of %s: %s", key, result)
-        self._outcome.confirmed = {key for key, _ in batch} - self._outcome.refused
+        self._outcome.refused |= refused
+        self._outcome.confirmed |= {key for key, _ in batch} - refused
 
-    def finish(self) -> Outcome:
+    def collect(self, *, wait: float = 0.0) -> Outcome:
         outcome, self._outcome = self._outcome, Outcome()
         return outcome
+
+    finish = collect
 
     def close(self) -> None:
         """Nothing of its own to close: it borrows the broker's connection pool."""

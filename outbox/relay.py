@@ -33,7 +33,7 @@ from dramatiq.brokers.redis import RedisBroker
 from outbox import wake_up
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
-from outbox.publishers import PipelinedPublisher, RedisPipelinedPublisher
+from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
 from outbox.subscriptions import message_to, subscribers_of
 from outbox.sweep import sweep_unacknowledged
 
@@ -85,63 +85,81 @@ class Relay:
         rows = self.claim_batch()
         if not rows:
             return 0
-        return self._settle(rows, self._start(rows))
+        if self.publisher is None:
+            outcome, suspects = self._send_one_by_one(rows)
+            failed = {suspect.row.id for suspect in suspects}
+            return self._settle({row.id: row for row in rows if row.id not in failed}, outcome, suspects)
+        in_flight, suspects = self._start(rows)
+        try:
+            return self._settle(in_flight, self.publisher.finish(), suspects)
+        finally:
+            self._release(list(in_flight.values()))  # only if the broker left some unresolved
 
     def drain(self, stop: threading.Event | None = None) -> int:
-        """Relay batches until fewer than a full batch is due. With the pipelined publisher the
-        next batch is claimed while the broker confirms the current one."""
+        """Relay until nothing is due and nothing is in flight."""
+        if self.publisher is not None:
+            return self._stream(stop)
         total = 0
-        rows = self.claim_batch()
-        while rows and not (stop and stop.is_set()):
-            suspects = self._start(rows)
-            full = len(rows) >= self.batch_size
-            upcoming: list[OutboxMessage] = []
-            try:
-                if full and self.publisher is not None:
-                    upcoming = self.claim_batch()
-            finally:
-                try:
-                    total += self._settle(rows, suspects)
-                except BaseException:
-                    self._release(upcoming)  # claimed for nothing: the broker is in trouble
-                    raise
-            if not full:
+        while not (stop and stop.is_set()):
+            count = self.relay_batch()
+            total += count
+            if count < self.batch_size:
                 break
-            rows = upcoming if self.publisher is not None else self.claim_batch()
-        else:
-            self._release(rows)  # stopped with a batch claimed but not sent
         return total
 
-    def _start(self, rows: list[OutboxMessage]) -> list[_SendFailed]:
-        """Put the batch in flight (pipelined publisher only); rows that cannot even be encoded are suspects."""
-        suspects: list[_SendFailed] = []
-        if self.publisher is None:
-            return suspects
-        batch = []
+    def _stream(self, stop: threading.Event | None) -> int:
+        """Claim and send while earlier copies await their confirms; mark rows as confirms arrive.
+
+        RabbitMQ confirms a copy that a consumer takes at once only when the consumer acks it,
+        after its handler ran: a relay that waited for each batch's confirms before claiming
+        the next would hold every event that commits meanwhile for a handler's duration.
+        """
+        in_flight: dict[int, OutboxMessage] = {}
+        total = 0
+        try:
+            while True:
+                claimed, suspects = [], []
+                if len(in_flight) < 2 * self.batch_size and not (stop and stop.is_set()):
+                    claimed = self.claim_batch()
+                    if claimed:
+                        started, suspects = self._start(claimed)
+                        in_flight.update(started)
+                if not in_flight and not suspects:
+                    return total
+                busy = len(claimed) >= self.batch_size
+                total += self._settle(in_flight, self.publisher.collect(wait=0 if busy else 0.005), suspects)
+        finally:
+            self._release(list(in_flight.values()))  # stopped by an error: claimed, not sent
+
+    def _start(self, rows: list[OutboxMessage]) -> tuple[dict[int, OutboxMessage], list[_SendFailed]]:
+        """Put the rows in flight; a row that cannot even be encoded is a suspect instead."""
+        in_flight, suspects, batch = {}, [], []
         for row in rows:
             try:
                 envelope = row.envelope()
                 batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
+                in_flight[row.id] = row
             except Exception as error:
                 suspects.append(_SendFailed(row, error))
         self.publisher.start(batch)
-        return suspects
+        return in_flight, suspects
 
-    def _settle(self, rows: list[OutboxMessage], suspects: list[_SendFailed]) -> int:
-        """Finish sending the batch, mark what the broker confirmed, release the rest or set it aside."""
-        sent: list[OutboxMessage] = []
+    def _settle(self, in_flight: dict[int, OutboxMessage], outcome: Outcome, suspects: list[_SendFailed]) -> int:
+        """Mark the rows the broker confirmed; a refused row is a suspect, kept leased or set
+        aside. An error releases everything still in flight, uncounted."""
+        sent = [in_flight.pop(key) for key in outcome.confirmed if key in in_flight]
+        refused = [in_flight.pop(key) for key in outcome.refused if key in in_flight]
+        suspects = suspects + [_SendFailed(row, BrokerRefused("the broker refused a copy")) for row in refused]
         try:
-            if self.publisher is not None:
-                self._collect_confirms(rows, sent, suspects)
-            else:
-                self._send_one_by_one(rows, sent, suspects)
             if sent:
                 self.last_success = time.monotonic()
-            elif suspects and not self._sending_lately():
+            if outcome.error is not None:
+                raise outcome.error
+            if suspects and not sent and not self._sending_lately():
                 raise suspects[-1].error  # nothing goes through: no row can be told apart from the broker
         except Exception as error:
-            done = {r.id for r in sent}
-            self._release([r for r in rows if r.id not in done])  # none of them is to blame
+            self._release([*in_flight.values(), *(s.row for s in suspects)])  # none of them is to blame
+            in_flight.clear()
             raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
         finally:
             self.mark_published(sent)
@@ -150,32 +168,23 @@ class Relay:
             self._set_aside_if_hopeless(suspect)
         return len(sent)
 
-    def _send_one_by_one(self, rows, sent: list[OutboxMessage], suspects: list[_SendFailed]) -> None:
-        """Through the broker's own enqueue, each copy confirmed in turn (Redis, or confirms off)."""
-        streak = 0
+    def _send_one_by_one(self, rows: list[OutboxMessage]) -> tuple[Outcome, list[_SendFailed]]:
+        """Through the broker's own enqueue, each copy confirmed in turn (confirms off, or a
+        broker of another kind); a broker error stops the batch there."""
+        outcome, suspects, streak = Outcome(), [], 0
         for row in rows:
             try:
                 self.send(row)
-            except _BROKER_ERRORS:
-                raise
             except Exception as error:
+                if isinstance(error, _BROKER_ERRORS) or streak:
+                    outcome.error = error  # rows fail one after another: the broker's trouble, not a row's
+                    break
                 suspects.append(_SendFailed(row, error))
                 streak += 1
-                if streak > 1:
-                    raise  # rows fail one after another: the broker's trouble, not a row's
                 continue
-            sent.append(row)
+            outcome.confirmed.add(row.id)
             streak = 0
-
-    def _collect_confirms(self, rows, sent: list[OutboxMessage], suspects: list[_SendFailed]) -> None:
-        """A copy the broker refused leaves its row unsent and suspect; a lost connection leaves
-        every unconfirmed row unsent."""
-        by_id = {row.id: row for row in rows}
-        outcome = self.publisher.finish()
-        sent.extend(row for row in rows if row.id in outcome.confirmed)
-        suspects.extend(_SendFailed(by_id[i], BrokerRefused("the broker refused a copy")) for i in outcome.refused)
-        if outcome.error is not None:
-            raise outcome.error
+        return outcome, suspects
 
     def claim_batch(self) -> list[OutboxMessage]:
         now = timezone.now()
@@ -229,10 +238,8 @@ class Relay:
 
     def mark_published(self, rows: list[OutboxMessage]) -> None:
         """Mark rows this relay still holds; a row claimed anew meanwhile (a replay reset it) stays to send."""
-        if rows:
-            OutboxMessage.objects.filter(id__in=[r.id for r in rows], claimed_by=rows[0].claimed_by).update(
-                published_at=timezone.now(), claimed_until=None
-            )
+        for held in _still_held(rows):
+            held.update(published_at=timezone.now(), claimed_until=None)
 
     def _sending_lately(self) -> bool:
         """Other rows went through lately: a row that fails alone is then to blame, not the broker."""
@@ -240,10 +247,8 @@ class Relay:
 
     def _release(self, rows: list[OutboxMessage]) -> None:
         """Give back claims of rows not sent through no fault of their own: the attempt does not count."""
-        if rows:
-            OutboxMessage.objects.filter(id__in=[r.id for r in rows], claimed_by=rows[0].claimed_by).update(
-                claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0)
-            )
+        for held in _still_held(rows):
+            held.update(claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0))
 
     def _set_aside_if_hopeless(self, failure: _SendFailed) -> None:
         row = failure.row
@@ -318,3 +323,12 @@ class Relay:
                 self.idle.clear()
         finally:
             waiter.close()
+
+
+def _still_held(rows: list[OutboxMessage]):
+    """The rows, one query set per claim they came from, each still held by that claim."""
+    by_claim: dict[str, list[int]] = {}
+    for row in rows:
+        by_claim.setdefault(row.claimed_by, []).append(row.id)
+    for token, ids in by_claim.items():
+        yield OutboxMessage.objects.filter(id__in=ids, claimed_by=token)
