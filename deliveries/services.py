@@ -76,7 +76,7 @@ def request_delivery(
             return earlier, False
     try:
         with transaction.atomic():
-            delivery = Delivery.objects.create(
+            delivery = Delivery(
                 customer=customer,
                 pickup_location=request.pickup,
                 dropoff_location=request.dropoff,
@@ -90,8 +90,8 @@ def request_delivery(
                 package_tag=request.package_tag,
                 idempotency_key=idempotency_key,
             )
-            delivery.first_answer = answer(delivery)
-            delivery.save(update_fields=["first_answer"])
+            delivery.first_answer = answer(delivery)  # from the fields alone: written with them, in one INSERT
+            delivery.save(force_insert=True)
             announce(
                 delivery,
                 DeliveryRequested(

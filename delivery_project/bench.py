@@ -12,6 +12,7 @@ import platform
 import statistics
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -365,3 +366,72 @@ def plot_latency(figures: dict[str, dict], path: Path) -> bool:
     figure.savefig(path)
     pyplot.close(figure)
     return True
+
+
+@dataclass
+class ApiLoad:
+    seconds: float
+    answers: list[tuple[int, float]]  # (status, milliseconds)
+
+    @property
+    def accepted_per_second(self) -> float:
+        return sum(1 for status, _ in self.answers if status == 202) / self.seconds
+
+    @property
+    def milliseconds(self) -> list[float]:
+        return sorted(ms for _, ms in self.answers)
+
+    @property
+    def refused(self) -> dict[int, int]:
+        return dict(Counter(status for status, _ in self.answers if status != 202))
+
+
+def api_load(*, workers: int, threads: int, clients: int, seconds: float, env: dict[str, str]) -> ApiLoad:
+    """POST /api/deliveryrequests under gunicorn (`workers` processes of `threads` threads, DEBUG
+    off) with `clients` customers in a process of their own, for `seconds`."""
+    import socket
+    import subprocess
+    import sys
+
+    from deliveries.services import create_customer
+    from delivery_project.bench_api import customers
+
+    _, token = create_customer(name=f"bench-{uuid.uuid4().hex[:8]}")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "delivery_project.wsgi", "--workers", str(workers), "--threads"]
+        + [str(threads), "--bind", f"127.0.0.1:{port}", "--log-level", "warning"],
+        env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2},
+        cwd=settings.BASE_DIR,
+    )
+    try:
+        _wait_for_http(port, server)
+        spawn = multiprocessing.get_context("spawn")
+        results = spawn.Queue()
+        load = spawn.Process(target=customers, args=(port, token, clients, seconds, results))
+        load.start()
+        answers = results.get(timeout=seconds + 120)
+        load.join(30)
+    finally:
+        server.terminate()
+        server.wait(60)
+    return ApiLoad(seconds=seconds, answers=answers)
+
+
+def _wait_for_http(port: int, server) -> None:
+    import http.client
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {server.returncode}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            connection.request("GET", "/api/openapi.json")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("gunicorn did not answer within 60 s")

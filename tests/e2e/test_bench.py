@@ -16,6 +16,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
     command = [*MANAGE, "bench", "--events", "100", "--runs", "1", "--relays", "1", "--results-dir", str(tmp_path)]
     command += ["--latency-rates", "20", "--latency-seconds", "2", "--history", "300"]
+    command += ["--api-clients", "2", "--api-seconds", "2"]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
     assert run.returncode == 0, run.stdout + run.stderr
@@ -33,6 +34,9 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "handler_empty",
         "handler_history",
         "prune",
+        "api_accepted",
+        "api_p50",
+        "api_p99",
     }
     assert all(f["median"] > 0 and f["min"] <= f["median"] <= f["max"] for f in result["figures"].values())
     assert result["figures"]["relay_1"]["reference"] == "raw_pipelined"

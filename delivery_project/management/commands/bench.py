@@ -29,6 +29,10 @@ class Command(BaseCommand):
             help="Offered loads (events a second, one per transaction) at which latency is measured.",
         )
         parser.add_argument("--latency-seconds", type=float, default=30.0)
+        parser.add_argument("--api-workers", type=int, default=2, help="gunicorn worker processes for the API figure.")
+        parser.add_argument("--api-threads", type=int, default=4, help="Threads per gunicorn worker (gthread).")
+        parser.add_argument("--api-clients", type=int, default=16, help="Customers posting at once (0: skip the API).")
+        parser.add_argument("--api-seconds", type=float, default=20.0)
         parser.add_argument(
             "--history",
             type=int,
@@ -38,6 +42,7 @@ class Command(BaseCommand):
         parser.add_argument("--results-dir", default=str(Path(settings.BASE_DIR) / "bench" / "results"))
 
     def handle(self, *, events, runs, relays, results_dir, latency_rates, latency_seconds, history, **options):
+        api = {k: options[f"api_{k}"] for k in ("workers", "threads", "clients", "seconds")}
         if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
             raise CommandError("bench measures against RabbitMQ: set BROKER_URL=amqp://...")
         sys.stdout.reconfigure(line_buffering=True)
@@ -54,6 +59,8 @@ class Command(BaseCommand):
                     relays=[int(r) for r in relays.split(",")],
                     latency=([float(r) for r in latency_rates.split(",")], latency_seconds),
                 )
+                if api["clients"]:
+                    figures.update(self._measure_api(scratch, runs=runs, **api))
                 if history:
                     figures.update(self._measure_scale(history=history, runs=max(runs, 5)))
         except RuntimeError as error:
@@ -67,6 +74,7 @@ class Command(BaseCommand):
             latency_rates=latency_rates,
             latency_s=latency_seconds,
             history=history,
+            api=api,
         )
 
     def _measure(self, scratch, *, events: int, runs: int, relays: list[int], latency) -> dict[str, bench.Figure]:
@@ -113,6 +121,24 @@ class Command(BaseCommand):
                         figure = figures[f"{to}_p{q}_at_{rate:g}"]
                         figure.values.append(bench.percentile(getattr(latencies, f"to_{to}"), q))
                         self._progress(figure)
+        return figures
+
+    def _measure_api(self, scratch, *, runs: int, workers, threads, clients, seconds) -> dict[str, bench.Figure]:
+        server = f"gunicorn {workers} workers x {threads} threads, {clients} clients"
+        figures = {
+            "api_accepted": bench.Figure(f"POST /api/deliveryrequests accepted ({server})", "requests/s"),
+            "api_p50": bench.Figure("POST /api/deliveryrequests p50", "ms"),
+            "api_p99": bench.Figure("POST /api/deliveryrequests p99", "ms"),
+        }
+        for _ in range(runs):
+            load = bench.api_load(workers=workers, threads=threads, clients=clients, seconds=seconds, env=scratch.env())
+            if load.refused:
+                self.stdout.write(f"  answers other than 202 (status: count): {load.refused}")
+            figures["api_accepted"].values.append(load.accepted_per_second)
+            figures["api_p50"].values.append(bench.percentile(load.milliseconds, 50))
+            figures["api_p99"].values.append(bench.percentile(load.milliseconds, 99))
+            for figure in figures.values():
+                self._progress(figure)
         return figures
 
     def _measure_scale(self, *, history: int, runs: int) -> dict[str, bench.Figure]:
