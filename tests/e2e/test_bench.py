@@ -41,5 +41,6 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     assert all(f["median"] > 0 and f["min"] <= f["median"] <= f["max"] for f in result["figures"].values())
     assert result["figures"]["relay_1"]["reference"] == "raw_pipelined"
     assert result["figures"]["claim_history"]["reference"] == "claim_empty"
-    assert "600 rows deleted" in result["figures"]["prune"]["note"]  # the history it wrote, outbox and inbox
+    deleted = int(result["figures"]["prune"]["note"].split(" rows deleted")[0].replace(",", ""))
+    assert deleted >= 600  # at least the history it wrote, outbox and inbox
     assert result["machine"]["cpus"] and result["machine"]["postgresql"]
