@@ -5,6 +5,7 @@ with min and max; its reference (raw pika with pipelined confirms, Dramatiq's ow
 enqueue) is timed in the same run, so the ratio means something on a shared, noisy machine.
 """
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -13,6 +14,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -389,35 +391,45 @@ class ApiLoad:
 def api_load(*, workers: int, threads: int, clients: int, seconds: float, env: dict[str, str]) -> ApiLoad:
     """POST /api/deliveryrequests under gunicorn (`workers` processes of `threads` threads, DEBUG
     off) with `clients` customers in a process of their own, for `seconds`."""
-    import socket
-    import subprocess
-    import sys
-
     from deliveries.services import create_customer
     from delivery_project.bench_api import customers
 
     _, token = create_customer(name=f"bench-{uuid.uuid4().hex[:8]}")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "delivery_project.wsgi", "--workers", str(workers), "--threads"]
-        + [str(threads), "--bind", f"127.0.0.1:{port}", "--log-level", "warning"],
-        env={**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2},
-        cwd=settings.BASE_DIR,
-    )
-    try:
-        _wait_for_http(port, server)
+    with serving(env, workers=workers, threads=threads) as port:
         spawn = multiprocessing.get_context("spawn")
         results = spawn.Queue()
         load = spawn.Process(target=customers, args=(port, token, clients, seconds, results))
         load.start()
         answers = results.get(timeout=seconds + 120)
         load.join(30)
-    finally:
-        server.terminate()
-        server.wait(60)
     return ApiLoad(seconds=seconds, answers=answers)
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str], *, workers: int, threads: int, others: tuple = ()) -> Iterator[int]:
+    """The application under gunicorn with DEBUG off (and `others`: more manage.py commands, as
+    (command, args)), on a free port it yields; all stopped at the end."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**env, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2}
+    gunicorn = [sys.executable, "-m", "gunicorn", "delivery_project.wsgi", "--workers", str(workers), "--threads"]
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    commands = [[*gunicorn, str(threads), "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]]
+    commands += [[*manage, command, *args] for command, args in others]
+    processes = [subprocess.Popen(command, env=env, cwd=settings.BASE_DIR) for command in commands]
+    try:
+        _wait_for_http(port, processes[0])
+        yield port
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(60)
 
 
 def _wait_for_http(port: int, server) -> None:
@@ -435,3 +447,60 @@ def _wait_for_http(port: int, server) -> None:
         except OSError:
             time.sleep(0.2)
     raise RuntimeError("gunicorn did not answer within 60 s")
+
+
+@dataclass
+class EndToEnd:
+    requested: int
+    delivered: int
+    seconds: float  # first request accepted to last delivery terminal
+    handler_runs: int  # inbox rows: handler executions that committed
+
+    @property
+    def delivered_per_second(self) -> float:
+        return self.delivered / self.seconds
+
+
+def end_to_end(
+    *, deliveries: int, drones: int, env: dict[str, str], worker_processes: int = 2, worker_threads: int = 8
+) -> EndToEnd:
+    """`deliveries` requests through the API (as `simulate` sends them) and the whole
+    choreography with near-instant flights: gunicorn, one relay, Dramatiq's workers."""
+    import random
+
+    from django.db.models import Max, Min
+
+    from deliveries.models import Delivery
+    from deliveries.services import create_customer
+    from delivery_project import simulation
+    from drones.models import Drone
+    from drones.services import seed_fleet
+
+    base = (47.6205, -122.3493)
+    Drone.objects.all().delete()
+    seed_fleet(count=drones, latitude=base[0], longitude=base[1])
+    _, token = create_customer(name=f"bench-e2e-{uuid.uuid4().hex[:8]}")
+    rng = random.Random(2026)
+    bodies = [
+        simulation.random_request(rng, latitude=base[0], longitude=base[1], radius_km=3) for _ in range(deliveries)
+    ]
+    workers = ["--processes", str(worker_processes), "--threads", str(worker_threads)]
+    others = (("relay_outbox", ["--progress-every", "0"]), ("rundramatiq", workers))
+    env = {**env, "DRONE_SIMULATION_SPEEDUP": "100000"}
+    handled_before = InboxMessage.objects.count()
+    with serving(env, workers=2, threads=4, others=others) as port:
+        api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
+        ids = simulation.submit(api, bodies, concurrency=8, rate=0, progress=lambda done: None)
+        mine = Delivery.objects.filter(id__in=ids)
+        deadline = time.monotonic() + 600
+        while mine.exclude(status__in=simulation.TERMINAL).exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("deliveries still not terminal 600 s after the last request")
+            time.sleep(0.5)
+    span = mine.aggregate(first=Min("created_at"), last=Max("updated_at"))
+    return EndToEnd(
+        requested=len(ids),
+        delivered=mine.filter(status="delivered").count(),
+        seconds=(span["last"] - span["first"]).total_seconds(),
+        handler_runs=InboxMessage.objects.count() - handled_before,
+    )

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from dramatiq import Retry
@@ -103,15 +103,7 @@ def _read(sub: Subscription, envelope: Envelope) -> Any:
 
 def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                InboxMessage.objects.create(
-                    subscriber=sub.subscriber,
-                    message_id=envelope.message_id,
-                    type=envelope.type,
-                    correlation_id=envelope.correlation_id,
-                )
-        except IntegrityError:
+        if not _first_receipt(sub.subscriber, envelope):
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
                 duplicates=F("duplicates") + 1
             )
@@ -126,6 +118,29 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
     return True
+
+
+def _first_receipt(subscriber: str, envelope: Envelope) -> bool:
+    """Record the message in the subscriber's inbox; False if it was there already. One
+    statement, no savepoint: a concurrent copy waits on the unique index, then finds it there."""
+    table = connection.ops.quote_name(InboxMessage._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
+            "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (subscriber, message_id) DO NOTHING RETURNING id",
+            [
+                subscriber,
+                _uuid_field.get_db_prep_value(envelope.message_id, connection),
+                envelope.type,
+                _uuid_field.get_db_prep_value(envelope.correlation_id, connection),
+                _time_field.get_db_prep_value(timezone.now(), connection),
+            ],
+        )
+        return cursor.fetchone() is not None
+
+
+_uuid_field = InboxMessage._meta.get_field("message_id")
+_time_field = InboxMessage._meta.get_field("processed_at")
 
 
 def _put_back_without_spending_a_retry() -> None:

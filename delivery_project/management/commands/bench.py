@@ -34,6 +34,10 @@ class Command(BaseCommand):
         parser.add_argument("--api-clients", type=int, default=16, help="Customers posting at once (0: skip the API).")
         parser.add_argument("--api-seconds", type=float, default=20.0)
         parser.add_argument(
+            "--deliveries", type=int, default=2000, help="Deliveries for the end-to-end figure (0: skip it)."
+        )
+        parser.add_argument("--drones", type=int, default=2000, help="Fleet for the end-to-end figure.")
+        parser.add_argument(
             "--history",
             type=int,
             default=1_000_000,
@@ -61,6 +65,12 @@ class Command(BaseCommand):
                 )
                 if api["clients"]:
                     figures.update(self._measure_api(scratch, runs=runs, **api))
+                if options["deliveries"]:
+                    figures.update(
+                        self._measure_end_to_end(
+                            scratch, runs=runs, deliveries=options["deliveries"], drones=options["drones"]
+                        )
+                    )
                 if history:
                     figures.update(self._measure_scale(history=history, runs=max(runs, 5)))
         except RuntimeError as error:
@@ -75,6 +85,7 @@ class Command(BaseCommand):
             latency_s=latency_seconds,
             history=history,
             api=api,
+            end_to_end={"deliveries": options["deliveries"], "drones": options["drones"]},
         )
 
     def _measure(self, scratch, *, events: int, runs: int, relays: list[int], latency) -> dict[str, bench.Figure]:
@@ -137,6 +148,21 @@ class Command(BaseCommand):
             figures["api_accepted"].values.append(load.accepted_per_second)
             figures["api_p50"].values.append(bench.percentile(load.milliseconds, 50))
             figures["api_p99"].values.append(bench.percentile(load.milliseconds, 99))
+            for figure in figures.values():
+                self._progress(figure)
+        return figures
+
+    def _measure_end_to_end(self, scratch, *, runs: int, deliveries: int, drones: int) -> dict[str, bench.Figure]:
+        setup = f"{deliveries:,} deliveries, {drones:,} drones, instant flights"
+        figures = {
+            "end_to_end": bench.Figure(f"delivered per second, end to end ({setup})", "deliveries/s"),
+            "handler_runs": bench.Figure("handler executions per delivery", "runs"),
+        }
+        for _ in range(runs):
+            result = bench.end_to_end(deliveries=deliveries, drones=drones, env=scratch.env())
+            figures["end_to_end"].values.append(result.delivered_per_second)
+            figures["handler_runs"].values.append(result.handler_runs / result.requested)
+            figures["end_to_end"].note = f"last run: {result.delivered:,} of {result.requested:,} delivered"
             for figure in figures.values():
                 self._progress(figure)
         return figures
