@@ -226,7 +226,7 @@ def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str
             with transaction.atomic():
                 row = publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
             committed[str(row.message_id)] = time.time()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         handled = {}
         while len(handled) < len(committed) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -242,7 +242,7 @@ def commit_to_handler_latency(*, rate: float, seconds: float, env: dict[str, str
             process.wait(60)
     if len(handled) < len(committed):
         raise RuntimeError(
-            f"only {len(handled)} of {len(committed)} events were handled within 120 s of the last: "
+            f"only {len(handled)} of {len(committed)} events were handled within 300 s of the last: "
             f"{rate:.0f} events/s is more than the handlers keep up with here (try a lower --latency-rate)"
         )
     relayed = OutboxMessage.objects.filter(message_id__in=list(committed)).values_list("message_id", "published_at")
@@ -486,7 +486,8 @@ def end_to_end(
     ]
     workers = ["--processes", str(worker_processes), "--threads", str(worker_threads)]
     others = (("relay_outbox", ["--progress-every", "0"]), ("rundramatiq", workers))
-    env = {**env, "DRONE_SIMULATION_SPEEDUP": "100000"}
+    # A connection for every worker thread: a thread waiting for the pool is not what is measured.
+    env = {**env, "DRONE_SIMULATION_SPEEDUP": "100000", "DJANGO_DB_POOL_MAX_SIZE": str(worker_threads)}
     handled_before = InboxMessage.objects.count()
     with serving(env, workers=2, threads=4, others=others) as port:
         api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
