@@ -16,7 +16,8 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
     command = [*MANAGE, "bench", "--events", "100", "--runs", "1", "--relays", "1", "--results-dir", str(tmp_path)]
     command += ["--latency-rates", "20", "--latency-seconds", "2", "--history", "300"]
-    command += ["--api-clients", "2", "--api-seconds", "2"]
+    command += ["--api-clients", "2", "--api-seconds", "2", "--deliveries", "5", "--drones", "5"]
+    command += ["--embedded-deliveries", "2"]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
     assert run.returncode == 0, run.stdout + run.stderr
@@ -37,7 +38,14 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "api_accepted",
         "api_p50",
         "api_p99",
+        "end_to_end",
+        "handler_runs",
+        "worker_rss_growth",
+        "embedded_hop_p50",
+        "embedded_hop_p99",
     }
+    growth = result["figures"].pop("worker_rss_growth")  # may be 0 or less
+    assert growth["min"] <= growth["median"] <= growth["max"] and "handler runs" in growth["note"]
     assert all(f["median"] > 0 and f["min"] <= f["median"] <= f["max"] for f in result["figures"].values())
     assert result["figures"]["relay_1"]["reference"] == "raw_pipelined"
     assert result["figures"]["claim_history"]["reference"] == "claim_empty"

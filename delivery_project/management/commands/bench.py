@@ -1,4 +1,5 @@
 import json
+import signal
 import statistics
 import sys
 from datetime import UTC, datetime
@@ -38,6 +39,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--drones", type=int, default=2000, help="Fleet for the end-to-end figure.")
         parser.add_argument(
+            "--embedded-deliveries",
+            type=int,
+            default=20,
+            help="Deliveries for the embedded default's per-hop latency (0: skip it).",
+        )
+        parser.add_argument("--embedded-rate", type=float, default=2.0, help="Their requests a second.")
+        parser.add_argument(
             "--history",
             type=int,
             default=1_000_000,
@@ -50,6 +58,10 @@ class Command(BaseCommand):
         if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
             raise CommandError("bench measures against RabbitMQ: set BROKER_URL=amqp://...")
         sys.stdout.reconfigure(line_buffering=True)
+        # Stopped (Ctrl-C, or SIGTERM when run in the background, where SIGINT is ignored), it
+        # still stops the processes it started and drops its database and queues.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench stopped by SIGTERM"))
         figures = {}
         try:
             with scratch_run("bench") as scratch:
@@ -73,6 +85,12 @@ class Command(BaseCommand):
                     )
                 if history:
                     figures.update(self._measure_scale(history=history, runs=max(runs, 5)))
+                if options["embedded_deliveries"]:
+                    figures.update(
+                        self._measure_embedded(
+                            runs=runs, deliveries=options["embedded_deliveries"], rate=options["embedded_rate"]
+                        )
+                    )
         except RuntimeError as error:
             raise CommandError(str(error)) from error
         self._report(
@@ -86,6 +104,7 @@ class Command(BaseCommand):
             history=history,
             api=api,
             end_to_end={"deliveries": options["deliveries"], "drones": options["drones"]},
+            embedded={"deliveries": options["embedded_deliveries"], "rate": options["embedded_rate"]},
         )
 
     def _measure(self, scratch, *, events: int, runs: int, relays: list[int], latency) -> dict[str, bench.Figure]:
@@ -131,6 +150,8 @@ class Command(BaseCommand):
                     for q in (50, 99):
                         figure = figures[f"{to}_p{q}_at_{rate:g}"]
                         figure.values.append(bench.percentile(getattr(latencies, f"to_{to}"), q))
+                        if to == "handler" and latencies.unhandled:
+                            figure.note = f"a lower bound: {latencies.unhandled} events unhandled after 300 s"
                         self._progress(figure)
         return figures
 
@@ -157,14 +178,35 @@ class Command(BaseCommand):
         figures = {
             "end_to_end": bench.Figure(f"delivered per second, end to end ({setup})", "deliveries/s"),
             "handler_runs": bench.Figure("handler executions per delivery", "runs"),
+            "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
         }
         for _ in range(runs):
             result = bench.end_to_end(deliveries=deliveries, drones=drones, env=scratch.env())
             figures["end_to_end"].values.append(result.delivered_per_second)
             figures["handler_runs"].values.append(result.handler_runs / result.requested)
             figures["end_to_end"].note = f"last run: {result.delivered:,} of {result.requested:,} delivered"
+            (handled_then, rss_then), (handled_now, rss_now) = result.worker_rss
+            figures["worker_rss_growth"].values.append(rss_now - rss_then)
+            figures["worker_rss_growth"].note = (
+                f"last run: {rss_then:.0f} MB after {handled_then:,} handler runs, "
+                f"{rss_now:.0f} MB after {handled_now:,}"
+            )
             for figure in figures.values():
                 self._progress(figure)
+        return figures
+
+    def _measure_embedded(self, *, runs: int, deliveries: int, rate: float) -> dict[str, bench.Figure]:
+        setup = f"{deliveries} deliveries at {rate:g}/s"
+        figures = {
+            f"embedded_hop_p{q}": bench.Figure(f"embedded default, publish to handler p{q} per hop ({setup})", "ms")
+            for q in (50, 99)
+        }
+        for _ in range(runs):
+            hops = bench.embedded_hop_milliseconds(deliveries=deliveries, rate=rate)
+            for q in (50, 99):
+                figures[f"embedded_hop_p{q}"].values.append(bench.percentile(hops, q))
+                figures[f"embedded_hop_p{q}"].note = f"last run: {len(hops)} hops"
+                self._progress(figures[f"embedded_hop_p{q}"])
         return figures
 
     def _measure_scale(self, *, history: int, runs: int) -> dict[str, bench.Figure]:
@@ -181,7 +223,6 @@ class Command(BaseCommand):
         }
         for case in ("empty", "history"):
             bench.empty_the_outbox_and_queues()
-            bench.InboxMessage.objects.all().delete()
             if case == "history":
                 self.stdout.write(f"writing {label} (outbox and inbox)...")
                 bench.fill_history(history)
