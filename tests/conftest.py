@@ -4,12 +4,11 @@ import time
 from collections.abc import Callable
 
 import dramatiq
-import pika.exceptions
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from delivery_project.broker import describe
+from delivery_project.broker import describe, reconnected_if_lost
 from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
 
@@ -57,18 +56,6 @@ def _broker_queues_deleted_at_end(django_db_setup):
     broker = dramatiq.get_broker()
     yield broker
     delete_run_queues(broker)
-
-
-def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
-    """This thread's RabbitMQ connection, opened again if the server dropped it (a test closed every
-    connection, or it idled through missed heartbeats while other threads worked)."""
-    connection = getattr(broker, "connection", None) if hasattr(broker, "channel") else None
-    if connection is not None:
-        try:
-            connection.process_data_events(time_limit=0)
-        except pika.exceptions.AMQPError:
-            del broker.connection
-    return broker
 
 
 def delete_run_queues(broker: dramatiq.Broker) -> None:
