@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
@@ -42,6 +43,10 @@ class Command(BaseCommand):
         }
         # runserver handles each request on a thread of its own: a persistent connection would outlive it.
         env = {"web": {**os.environ, "DJANGO_CONN_MAX_AGE": "0"}}
+        if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
+            # Dramatiq's Redis consumer polls an empty queue with a backoff that grows to the
+            # worker timeout (1 s): every hop of a quiet system would wait for it. RabbitMQ pushes.
+            env["workers"] = {"dramatiq_worker_timeout": "100", **os.environ}
         # Own sessions: a terminal's Ctrl-C reaches only this command, which stops each child once.
         children = {
             name: subprocess.Popen(cmd, start_new_session=True, env=env.get(name)) for name, cmd in commands.items()
