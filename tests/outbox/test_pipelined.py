@@ -76,14 +76,20 @@ class PublisherCutMidBatch(PipelinedPublisher):
             self.proxy.down()
 
 
-def test_a_connection_cut_mid_batch_marks_only_rows_whose_every_copy_was_confirmed(worker, broker):
+def a_relay_cut_off(*, rows: int, cut_after: int, window: int, batch_size: int | None = None):
+    """`rows` pings to relay, and a relay whose connection to RabbitMQ is cut after `cut_after` copies."""
     url = urlsplit(settings.BROKER_URL)
     proxy = TcpProxy(url.hostname, url.port)
     proxy.up()
-    for n in range(100):
+    for n in range(rows):
         ping(n=n)
-    relay = Relay(broker=broker_behind(proxy))
-    relay.publisher = PublisherCutMidBatch(relay.broker, proxy=proxy, cut_after=60, window=10)
+    relay = Relay(broker=broker_behind(proxy), batch_size=batch_size)
+    relay.publisher = PublisherCutMidBatch(relay.broker, proxy=proxy, cut_after=cut_after, window=window)
+    return relay, proxy
+
+
+def test_a_connection_cut_mid_batch_marks_only_rows_whose_every_copy_was_confirmed(worker, broker):
+    relay, proxy = a_relay_cut_off(rows=100, cut_after=60, window=10)
     try:
         with pytest.raises(BrokerUnavailable):
             relay.relay_batch()
@@ -106,14 +112,8 @@ def test_a_connection_cut_mid_batch_marks_only_rows_whose_every_copy_was_confirm
 
 
 def test_a_cut_while_more_batches_are_in_flight_releases_them_and_the_drain_resumes_exactly_once(worker, broker):
-    url = urlsplit(settings.BROKER_URL)
-    proxy = TcpProxy(url.hostname, url.port)
-    proxy.up()
-    for n in range(40):
-        ping(n=n)
-    relay = Relay(broker=broker_behind(proxy), batch_size=10)
     # Cut in the third batch's copies, with whatever else was claimed meanwhile in flight.
-    relay.publisher = PublisherCutMidBatch(relay.broker, proxy=proxy, cut_after=45, window=100)
+    relay, proxy = a_relay_cut_off(rows=40, cut_after=45, window=100, batch_size=10)
     try:
         with pytest.raises(BrokerUnavailable):
             relay.drain()
