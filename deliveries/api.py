@@ -5,7 +5,7 @@ from uuid import UUID, uuid4
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Header, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -126,6 +126,14 @@ def database_unavailable(request, exc):
     return response
 
 
+def unknown_path(request, *args, **kwargs) -> JsonResponse:
+    """Any other path under /api/: the API's JSON error, not Django's HTML page."""
+    return JsonResponse(
+        {"detail": f"no such path: {request.path}", "errors": [{"field": "path", "message": "not found"}]},
+        status=404,
+    )
+
+
 def _own(request, delivery_id: UUID) -> Delivery:
     delivery = selectors.delivery_of(request.auth, delivery_id)
     if delivery is None:
@@ -186,7 +194,7 @@ def request_delivery(
     request,
     response: HttpResponse,
     payload: DeliveryRequestIn,
-    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=200),
 ):
     package = payload.package_info
     delivery, _ = services.request_delivery(
@@ -211,6 +219,7 @@ def request_delivery(
 
 
 PAGE_SIZE = 20
+MAX_PAGE = 100_000  # 2,000,000 deliveries; a larger page would overflow the database's OFFSET
 
 
 @api.get(
@@ -219,7 +228,7 @@ PAGE_SIZE = 20
     by_alias=True,
     summary="My deliveries, newest first, 20 a page",
 )
-def list_deliveries(request, page: int = Query(1, ge=1)):
+def list_deliveries(request, page: int = Query(1, ge=1, le=MAX_PAGE)):
     deliveries = selectors.deliveries_of(request.auth)
     start = (page - 1) * PAGE_SIZE
     items = [_delivery(d) for d in deliveries[start : start + PAGE_SIZE]]

@@ -12,7 +12,15 @@ from pydantic.alias_generators import to_camel
 
 
 class CamelSchema(Schema):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    # NaN and Infinity are valid Python JSON but no coordinate or weight.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, allow_inf_nan=False)
+
+
+def _printable(value: str | None) -> str | None:
+    """Control characters (NUL above all, which PostgreSQL refuses in text) are no part of a label."""
+    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must not contain control characters")
+    return value
 
 
 class Location(CamelSchema):
@@ -25,16 +33,31 @@ class PackageInfo(CamelSchema):
     package_id: UUID | None = None
     size: Literal["Small", "Medium", "Large"]
     weight: float = Field(gt=0, le=1000, description="kg")
-    tag: str | None = Field(None, max_length=100)
+    tag: str | None = Field(None, max_length=100, description="A label for the package; not for personal data.")
+
+    @field_validator("tag")
+    @classmethod
+    def _tag_printable(cls, tag: str | None) -> str | None:
+        return _printable(tag)
 
 
 def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
+def _within_horizon(value: datetime | None, name: str) -> datetime | None:
+    """Not further ahead than DELIVERY_BOOKING_HORIZON_DAYS: year 9999 overflows in UTC, and a
+    date that cannot be stored or read back would wedge the delivery and its drone."""
+    value = _aware(value)
+    horizon = settings.DELIVERY_BOOKING_HORIZON_DAYS
+    if value is not None and value > timezone.now() + timedelta(days=horizon):
+        raise ValueError(f"{name} must not be more than {horizon:g} days ahead")
+    return value
+
+
 def _not_past(pickup: datetime | None) -> datetime | None:
     """A pickup time a little in the past means "now"; one further back is a mistake, refused."""
-    pickup = _aware(pickup)
+    pickup = _within_horizon(pickup, "pickupTime")
     tolerance = settings.DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS
     if pickup is not None and pickup < timezone.now() - timedelta(seconds=tolerance):
         raise ValueError(f"pickupTime must not be more than {tolerance:.0f} s in the past")
@@ -58,7 +81,7 @@ class DeliveryRequestIn(CamelSchema):
     @field_validator("deadline")
     @classmethod
     def _deadline_not_before_pickup(cls, deadline: datetime | None, info: ValidationInfo) -> datetime | None:
-        deadline, pickup = _aware(deadline), info.data.get("pickup_time")
+        deadline, pickup = _within_horizon(deadline, "deadline"), info.data.get("pickup_time")
         if deadline is not None and pickup is not None and deadline < pickup:
             raise ValueError("deadline must not be before pickupTime")
         return deadline
@@ -80,7 +103,7 @@ class DeliveryRescheduleIn(CamelSchema):
     @field_validator("deadline")
     @classmethod
     def _utc_when_naive(cls, value: datetime | None) -> datetime | None:
-        return _aware(value)
+        return _within_horizon(value, "deadline")
 
     @model_validator(mode="after")
     def _something_to_change(self) -> "DeliveryRescheduleIn":

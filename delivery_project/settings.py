@@ -169,6 +169,8 @@ DELIVERY_MAX_WAIT_SECONDS = float(os.environ.get("DELIVERY_MAX_WAIT_SECONDS", "7
 DELIVERY_OVERDUE_AFTER_SECONDS = float(os.environ.get("DELIVERY_OVERDUE_AFTER_SECONDS", "900"))
 # A pickupTime in the past by more than this is refused (422); within it, it means "now".
 DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS = float(os.environ.get("DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS", "300"))
+# How far ahead a pickup time or a deadline may be: a booking, not a date a database cannot hold.
+DELIVERY_BOOKING_HORIZON_DAYS = float(os.environ.get("DELIVERY_BOOKING_HORIZON_DAYS", "90"))
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}

@@ -1,9 +1,10 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import path, re_path
 
-from deliveries.api import api
+from deliveries.api import api, unknown_path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    re_path(r"^api/", unknown_path),
 ]
