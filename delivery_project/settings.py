@@ -128,6 +128,8 @@ OUTBOX_MESSAGE_TTL_SECONDS = int(os.environ.get("OUTBOX_MESSAGE_TTL_SECONDS", st
 # The counters need a Redis: OUTBOX_LIMITS_REDIS_URL, or the broker's when it is Redis.
 OUTBOX_SUBSCRIBER_LIMITS: dict[str, dict[str, int]] = {}
 OUTBOX_LIMITS_REDIS_URL = os.environ.get("OUTBOX_LIMITS_REDIS_URL", "")
+# publish() refuses an event whose serialized envelope is larger (EventTooLarge), before writing.
+OUTBOX_MAX_EVENT_BYTES = int(os.environ.get("OUTBOX_MAX_EVENT_BYTES", str(64 * 1024)))
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))

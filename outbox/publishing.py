@@ -1,5 +1,6 @@
 """`publish()`: append an event to the outbox inside the caller's transaction."""
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -7,6 +8,7 @@ from datetime import datetime
 from uuid import UUID, uuid4
 
 import psycopg
+from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
@@ -21,6 +23,11 @@ _handling: ContextVar[Envelope | None] = ContextVar("outbox_handling", default=N
 
 class PublishOutsideTransaction(RuntimeError):
     """An event published outside `transaction.atomic()` could outlive a rolled-back change."""
+
+
+class EventTooLarge(ValueError):
+    """An envelope over OUTBOX_MAX_EVENT_BYTES: cloud brokers refuse large messages (256 KB on
+    some), and an event should carry facts, not documents."""
 
 
 def publish(
@@ -62,6 +69,9 @@ def publish(
         available_at=available_at or now,
         recipients=subscribers_of(event.type),
     )
+    size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES
+    if size > limit:
+        raise EventTooLarge(f"{event.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
     if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
         _insert_numbered(row, using=using)
     else:

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from outbox.envelope import Envelope
 from outbox.models import OutboxMessage
-from outbox.publishing import PublishOutsideTransaction, handling, publish
+from outbox.publishing import EventTooLarge, PublishOutsideTransaction, handling, publish
 from tests.probe.events import ProbeEchoed, ProbePinged
 from tests.probe.models import Ping
 from tests.probe.services import Exploded, ping
@@ -99,3 +99,17 @@ def test_the_origin_takes_the_correlation_id_it_is_given():
     with transaction.atomic():
         row = publish(ProbeEchoed(n=1), stream="echo:a", correlation_id=correlation)
     assert row.correlation_id == correlation and row.causation_id is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_over_the_size_bound_is_refused_before_anything_is_written(settings):
+    settings.OUTBOX_MAX_EVENT_BYTES = 2_000
+    too_large = r"probe.pinged is [\d,]+ bytes serialized, over OUTBOX_MAX_EVENT_BYTES"
+
+    with pytest.raises(EventTooLarge, match=too_large), transaction.atomic():
+        publish(ProbePinged(n=1, fail={"probe_a": "x" * 2_000}), stream="ping:1")
+
+    assert OutboxMessage.objects.count() == 0
+    with transaction.atomic():  # below the bound: written, and first in its stream
+        row = publish(ProbePinged(n=1, fail={"probe_a": "x" * 100}), stream="ping:1")
+    assert row.sequence == 1
