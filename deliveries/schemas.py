@@ -1,19 +1,46 @@
 """The customer API's JSON shapes: the Fabrikam ingestion contract, camelCase on the wire."""
 
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 from django.conf import settings
 from django.utils import timezone
 from ninja import Schema
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 
 class CamelSchema(Schema):
     # NaN and Infinity are valid Python JSON but no coordinate or weight.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, allow_inf_nan=False)
+
+
+class RequestSchema(CamelSchema):
+    """What a client sends: an unknown field is a mistake to point out, not to ignore."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _text(value: object) -> object:
+    """A JSON number is no timestamp: `"pickupTime": 0` would otherwise quietly mean 1970."""
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an ISO 8601 date-time string")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_text)]
+# `false` or `"1.5"` is no coordinate: refuse it rather than store 0.0 or guess (integers are numbers).
+Number = Annotated[float, Strict()]
 
 
 def _printable(value: str | None) -> str | None:
@@ -29,11 +56,29 @@ class Location(CamelSchema):
     altitude: float | None = None
 
 
+class LocationIn(RequestSchema):
+    latitude: Number = Field(ge=-90, le=90)
+    longitude: Number = Field(ge=-180, le=180)
+    altitude: Number | None = Field(None, ge=-500, le=10_000, description="metres")
+
+
 class PackageInfo(CamelSchema):
     package_id: UUID | None = None
     size: Literal["Small", "Medium", "Large"]
     weight: float = Field(gt=0, le=1000, description="kg")
     tag: str | None = Field(None, max_length=100, description="A label for the package; not for personal data.")
+
+
+class PackageInfoIn(RequestSchema):
+    package_id: UUID | None = None
+    size: Literal["Small", "Medium", "Large"]
+    weight: Number = Field(gt=0, le=1000, description="kg")
+    tag: str | None = Field(
+        None,
+        max_length=100,
+        description="A label for the package, without control characters; not for personal data.",
+        json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*$"},
+    )
 
     @field_validator("tag")
     @classmethod
@@ -64,14 +109,14 @@ def _not_past(pickup: datetime | None) -> datetime | None:
     return pickup
 
 
-class DeliveryRequestIn(CamelSchema):
-    pickup_location: Location
-    drop_off_location: Location
-    pickup_time: datetime
-    deadline: datetime | None = None
-    expedited: bool = False
+class DeliveryRequestIn(RequestSchema):
+    pickup_location: LocationIn
+    drop_off_location: LocationIn
+    pickup_time: Timestamp
+    deadline: Timestamp | None = None
+    expedited: StrictBool = False
     confirmation_required: Literal["None", "FingerPrint", "Picture", "Voice"] = "None"
-    package_info: PackageInfo
+    package_info: PackageInfoIn
 
     @field_validator("pickup_time")
     @classmethod
@@ -87,13 +132,15 @@ class DeliveryRequestIn(CamelSchema):
         return deadline
 
 
-class DeliveryRescheduleIn(CamelSchema):
+class DeliveryRescheduleIn(RequestSchema):
     """Any of these, before dispatch; new places re-run drone scheduling."""
 
-    pickup_time: datetime | None = None
-    deadline: datetime | None = None
-    pickup_location: Location | None = None
-    drop_off_location: Location | None = None
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    pickup_time: Timestamp | None = None
+    deadline: Timestamp | None = None
+    pickup_location: LocationIn | None = None
+    drop_off_location: LocationIn | None = None
 
     @field_validator("pickup_time")
     @classmethod

@@ -39,6 +39,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "deliveries.middleware.json_method_not_allowed",
 ]
 
 ROOT_URLCONF = "delivery_project.urls"

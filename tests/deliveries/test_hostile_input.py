@@ -36,6 +36,14 @@ HOSTILE_BODIES = {
     "NaN weight": (with_package(weight=float("nan")), "packageInfo.weight"),
     "a NUL in the tag": (with_package(tag="a\u0000b"), "packageInfo.tag"),
     "a newline in the tag": (with_package(tag="a\nb"), "packageInfo.tag"),
+    # Wrong types are refused, not coerced (issue 10 found each of these stored as something else).
+    "expedited as a string": (delivery_request(expedited="true"), "expedited"),
+    "expedited as a number": (delivery_request(expedited=0), "expedited"),
+    "latitude as false": (with_pickup(latitude=False), "pickupLocation.latitude"),
+    "latitude as a string": (with_pickup(latitude="47.6"), "pickupLocation.latitude"),
+    "pickupTime as a number": (delivery_request(pickupTime=0), "pickupTime"),
+    "an altitude beyond any flight": (with_pickup(altitude=1e12), "pickupLocation.altitude"),
+    "an unknown field": (delivery_request(pickuptime="2026-01-01T00:00:00Z"), "pickuptime"),
 }
 
 
@@ -64,6 +72,24 @@ def test_a_page_beyond_any_offset_is_refused(customer):
 
     assert response.status_code == 422, response.content
     assert response.json()["errors"][0]["field"] == "page"
+
+
+def test_an_empty_reschedule_is_refused_by_the_rule_the_schema_states(customer):
+    delivery_id = customer.request().json()["deliveryId"]
+    response = customer.client.patch(f"/api/deliveryrequests/{delivery_id}", "{}", content_type="application/json")
+
+    assert response.status_code == 422, response.content
+    schema = customer.client.get("/api/openapi.json").json()
+    assert schema["components"]["schemas"]["DeliveryRescheduleIn"]["minProperties"] == 1
+
+
+def test_a_method_a_path_does_not_serve_answers_json_405_with_allow(customer):
+    response = customer.client.put("/api/deliveries")
+
+    assert response.status_code == 405
+    assert response["Content-Type"] == "application/json"
+    assert response["Allow"] == "GET"
+    assert response.json()["errors"][0]["field"] == "method"
 
 
 @pytest.mark.parametrize("path", ["/api/nothing-here", "/api/deliveries/x/y/z"])
