@@ -98,12 +98,14 @@ def http_error(request, exc: HttpError):
 
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request, exc):
-    return _error(
+    response = _error(
         request,
         401,
         "a valid bearer token is required",
-        [{"field": "Authorization", "message": "missing or unknown bearer token"}],
+        [{"field": "Authorization", "message": "missing, unknown, revoked or expired bearer token"}],
     )
+    response["WWW-Authenticate"] = 'Bearer realm="api"'  # RFC 6750: say which scheme to use
+    return response
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -189,7 +191,32 @@ def _status(delivery: Delivery) -> dict:
     }
 
 
-@api.post("/deliveryrequests", response={202: DeliveryAccepted, **ERRORS}, by_alias=True, summary="Request a delivery")
+def _links_to_the_delivery() -> dict:
+    """OpenAPI links: the accepted delivery's id feeds every operation on it, so clients and
+    tools that follow links (schemathesis's stateful phase among them) can chain the calls."""
+    operations = ["get_delivery", "get_status", "get_timeline", "reschedule_delivery", "cancel_delivery"]
+    return {
+        "responses": {
+            "202": {
+                "links": {
+                    name: {
+                        "operationId": f"deliveries_api_{name}",
+                        "parameters": {"delivery_id": "$response.body#/deliveryId"},
+                    }
+                    for name in operations
+                }
+            }
+        }
+    }
+
+
+@api.post(
+    "/deliveryrequests",
+    response={202: DeliveryAccepted, **ERRORS},
+    by_alias=True,
+    summary="Request a delivery",
+    openapi_extra=_links_to_the_delivery(),
+)
 def request_delivery(
     request,
     response: HttpResponse,

@@ -102,6 +102,7 @@ def test_no_valid_token_is_401(db, authorization, method, path):
 
     assert response.status_code == 401
     assert response.json()["errors"][0]["field"] == "Authorization"
+    assert response["WWW-Authenticate"].startswith("Bearer")
 
 
 def _without(body: dict, dotted: str) -> dict:
