@@ -11,6 +11,7 @@ and removes its database and queues.
 import contextlib
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -75,6 +76,8 @@ def chaos_env(*, database_url: str, queue_prefix: str, speedup: float) -> dict[s
         "DRONE_SIMULATION_SPEEDUP": str(speedup),
         "DRONE_POSITION_REPORTS": "3",
         "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "DJANGO_SECURE_SSL_REDIRECT": "0",  # plain HTTP on localhost
         # A message the broker lost is re-sent a minute after it was sent, not 15.
         "OUTBOX_SWEEP_GRACE_SECONDS": "60",
         "OUTBOX_SWEEP_INTERVAL_SECONDS": "10",

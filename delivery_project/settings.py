@@ -5,15 +5,36 @@ import sys
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from delivery_project.broker import dramatiq_broker_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DELIVERY_VAR_DIR", BASE_DIR / "var"))
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-dev-key-set-DJANGO_SECRET_KEY-in-production")
+DEVELOPMENT_SECRET_KEY = "insecure-dev-key-set-DJANGO_SECRET_KEY-in-production"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",") if h]
+if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
+    # Anyone who has read this file could forge sessions and admin logins.
+    raise ImproperlyConfigured("DJANGO_DEBUG=0 needs a DJANGO_SECRET_KEY of its own; refusing the development key")
+
+
+def _flag(name: str, default: bool) -> bool:
+    return os.environ.get(name, "1" if default else "0") == "1"
+
+
+# Production (DEBUG off) is served over HTTPS only; `manage.py check --deploy` is clean with these.
+# Behind a proxy that ends TLS, say which header tells the original scheme, e.g.
+# DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (and make sure the proxy always sets it).
+SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES", not DEBUG)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "0" if DEBUG else str(365 * 24 * 3600)))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("DJANGO_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = _flag("DJANGO_HSTS_PRELOAD", not DEBUG)
+if os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = (os.environ["DJANGO_SECURE_PROXY_SSL_HEADER"], "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,0 +1,47 @@
+"""Production settings (issue 10 §3): DEBUG off refuses the development secret key, and
+`manage.py check --deploy` is clean with the README's production variables."""
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+MANAGE = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    environment.update(DJANGO_SETTINGS_MODULE="delivery_project.settings", **env)
+    return subprocess.run([*MANAGE, *args], capture_output=True, text=True, env=environment, timeout=120)
+
+
+def test_production_refuses_to_start_with_the_development_secret_key():
+    run = manage("check", DJANGO_DEBUG="0", DJANGO_ALLOWED_HOSTS="api.example.com")
+
+    assert run.returncode != 0
+    assert "DJANGO_SECRET_KEY" in run.stderr and "ImproperlyConfigured" in run.stderr
+
+
+def test_check_deploy_is_clean_with_the_production_variables():
+    run = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_ALLOWED_HOSTS="api.example.com",
+        DJANGO_SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no issues" in run.stdout
+
+
+def test_development_mode_still_starts_without_any_variable():
+    run = manage("check")
+
+    assert run.returncode == 0, run.stderr
