@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from outbox.contracts import Event, upcaster
 
@@ -21,7 +21,11 @@ class PackageInfo(BaseModel):
     package_id: UUID
     size: str
     weight_kg: float
-    tag: str | None = None
+    tag: str | None = Field(
+        None,
+        max_length=100,
+        description="The customer's label for the package, at most 100 characters: not for personal data.",
+    )
 
 
 class DeliveryRequestedV1(Event):
