@@ -43,11 +43,22 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def event_timeline(self, delivery):
         return render_to_string("admin/outbox/timeline_table.html", {"events": selectors.timeline(delivery)})
 
-    @admin.action(description="Cancel (before dispatch only)")
+    def has_cancel_permission(self, request) -> bool:
+        return self._may(request, "cancel_delivery_as_operator")
+
+    @admin.action(description="Cancel (before dispatch only)", permissions=["cancel"])
     def cancel(self, request, queryset):
         for delivery in queryset:
             try:
-                services.cancel_delivery(delivery_id=delivery.pk, customer=None, reason="cancelled_by_operator")
+                self.audited(
+                    request,
+                    delivery,
+                    "cancelled",
+                    services.cancel_delivery,
+                    delivery_id=delivery.pk,
+                    customer=None,
+                    reason="cancelled_by_operator",
+                )
             except services.TooLate as error:
                 self.message_user(request, f"{delivery.pk}: {error}", messages.WARNING)
         self.message_user(request, "Cancellation requested; compensations follow through events.", messages.INFO)

@@ -75,6 +75,7 @@ class Delivery(models.Model):
             )
         ]
         verbose_name_plural = "deliveries"
+        permissions = [("cancel_delivery_as_operator", "Can cancel deliveries before dispatch")]
 
     def __str__(self):
         return f"delivery {self.id} ({self.status})"

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.admin.models import LogEntry
 from django_dramatiq.models import Task
 
 # django_dramatiq's task table is filled only by its AdminMiddleware, which we leave out
@@ -6,3 +7,23 @@ from django_dramatiq.models import Task
 admin.site.unregister(Task)
 admin.site.site_header = "Drone delivery operations"
 admin.site.site_title = "Drone delivery operations"
+
+
+@admin.register(LogEntry)
+class AuditLogAdmin(admin.ModelAdmin):
+    """Every operator action (replay, discard, ground, return to service) leaves an entry in Django's
+    admin log in the same transaction: who, when, on what, and the note."""
+
+    list_display = ["action_time", "user", "content_type", "object_repr", "change_message"]
+    list_filter = ["content_type", "user"]
+    search_fields = ["object_repr", "change_message", "user__username"]
+    date_hierarchy = "action_time"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

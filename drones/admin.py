@@ -38,19 +38,33 @@ class DroneAdmin(ReadOnlyAdmin):
             return "home"
         return f"{drone.latitude:.4f}, {drone.longitude:.4f}"
 
-    @admin.action(description="Ground for maintenance (a reserved drone's delivery goes back to the head of the line)")
+    def has_ground_permission(self, request) -> bool:
+        return self._may(request, "ground_drone")
+
+    def has_return_permission(self, request) -> bool:
+        return self._may(request, "return_drone")
+
+    @admin.action(
+        description="Ground for maintenance (a reserved drone's delivery goes back to the head of the line)",
+        permissions=["ground"],
+    )
     def ground(self, request, queryset):
         for drone in queryset:
             try:
-                services.ground_drone(drone_id=drone.pk)
+                self.audited(request, drone, "grounded", services.ground_drone, drone_id=drone.pk)
             except services.DroneBusy as error:
                 self.message_user(request, str(error), messages.WARNING)
         self.message_user(request, "Done; drones in flight were left alone.", messages.INFO)
 
-    @admin.action(description="Return to service")
+    @admin.action(description="Return to service", permissions=["return"])
     def return_to_service(self, request, queryset):
         for drone in queryset:
-            services.return_drone_to_service(drone_id=drone.pk)
+            self.audited(
+                request,
+                drone,
+                "returned to service",
+                lambda drone=drone: services.return_drone_to_service(drone_id=drone.pk),
+            )
         self.message_user(request, f"{queryset.count()} drone(s) back in service.", messages.SUCCESS)
 
 

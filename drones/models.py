@@ -29,6 +29,10 @@ class Drone(models.Model):
             # Free drones near a pickup: status, then a latitude band, longitude read from the index.
             models.Index(fields=["status", "latitude", "longitude"], name="drone_free_near_idx"),
         ]
+        permissions = [
+            ("ground_drone", "Can ground drones for maintenance"),
+            ("return_drone", "Can return drones to service"),
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.status})"

@@ -4,6 +4,8 @@ import json
 from uuid import UUID
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Count, Min, Sum
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -27,6 +29,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def audited(self, request, obj, action: str, service, /, **arguments):
+        """Call an operator action's service and leave its audit record (Django's admin log: who,
+        when, on what, the note) in one transaction, so neither exists without the other."""
+        note = arguments.get("note", "")
+        with transaction.atomic():
+            result = service(**arguments)
+            self.log_change(request, obj, f"{action}: {note}" if note else action)
+        return result
+
+    def _may(self, request, codename: str) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
 
 def timeline_link(correlation_id: UUID | None, label: str = "timeline") -> str:
@@ -66,7 +80,14 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         return timeline_link(row.correlation_id, str(row.correlation_id))
 
     def get_urls(self):
-        view = self.admin_site.admin_view
+        def view(function):
+            def viewer_only(request, *args, **kwargs):
+                if not self.has_view_permission(request):
+                    raise PermissionDenied
+                return function(request, *args, **kwargs)
+
+            return self.admin_site.admin_view(viewer_only)
+
         return [
             path("overview/", view(self.overview), name="outbox_overview"),
             path("timeline/<uuid:correlation_id>/", view(self.timeline), name="outbox_timeline"),
@@ -181,11 +202,20 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     def _who(self, request) -> str:
         return request.user.get_username()
 
-    def _replay(self, request, letters) -> None:
+    def has_replay_permission(self, request) -> bool:
+        return self._may(request, "replay_deadletter")
+
+    def has_discard_permission(self, request) -> bool:
+        return self._may(request, "discard_deadletter")
+
+    def _replay(self, request, letters, action: str) -> None:
         done, problems = 0, []
+        note = "replayed from the admin"
         for letter in letters:
             try:
-                replay_dead_letter(letter_id=letter.pk, by=self._who(request), note="replayed from the admin")
+                self.audited(
+                    request, letter, action, replay_dead_letter, letter_id=letter.pk, by=self._who(request), note=note
+                )
                 done += 1
             except CannotResolve as error:
                 problems.append(str(error))
@@ -193,24 +223,34 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         for problem in problems:
             self.message_user(request, problem, messages.WARNING)
 
-    @admin.action(description="Replay selected dead letters")
+    @admin.action(description="Replay selected dead letters", permissions=["replay"])
     def replay(self, request, queryset):
-        self._replay(request, queryset.order_by("id"))
+        self._replay(request, queryset.order_by("id"), "replayed")
 
-    @admin.action(description="Replay every open letter of the same subscriber, reason and event type")
+    @admin.action(
+        description="Replay every open letter of the same subscriber, reason and event type", permissions=["replay"]
+    )
     def replay_group(self, request, queryset):
         groups = set(queryset.values_list("subscriber", "reason", "type"))
         letters = [letter for s, r, t in groups for letter in open_letters(subscriber=s, reason=r, type=t)]
-        self._replay(request, letters)
+        self._replay(request, letters, "replayed with its group")
 
-    @admin.action(description="Discard selected dead letters (with a note)")
+    @admin.action(description="Discard selected dead letters (with a note)", permissions=["discard"])
     def discard(self, request, queryset):
         note = request.POST.get("note", "").strip()
         if "apply" in request.POST and note:
             done = 0
             for letter in queryset:
                 try:
-                    discard_dead_letter(letter_id=letter.pk, by=self._who(request), note=note)
+                    self.audited(
+                        request,
+                        letter,
+                        "discarded",
+                        discard_dead_letter,
+                        letter_id=letter.pk,
+                        by=self._who(request),
+                        note=note,
+                    )
                     done += 1
                 except CannotResolve as error:
                     self.message_user(request, str(error), messages.WARNING)

@@ -139,6 +139,10 @@ class DeadLetter(models.Model):
             models.UniqueConstraint(fields=["subscriber", "message_id"], name="deadletter_subscriber_message_unique"),
         ]
         indexes = [models.Index(fields=["message_id"], name="deadletter_message_idx")]
+        permissions = [
+            ("replay_deadletter", "Can replay dead letters"),
+            ("discard_deadletter", "Can discard dead letters"),
+        ]
 
     def __str__(self):
         return f"{self.subscriber}: {self.type or '?'} ({self.reason})"
