@@ -2,6 +2,7 @@
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_dramatiq",
+    "axes",
     "delivery_project",
     "outbox",
     "packages",
@@ -61,7 +63,18 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "deliveries.middleware.json_method_not_allowed",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# The admin login locks a username out from an address after AXES_FAILURE_LIMIT wrong passwords,
+# for AXES_COOLOFF_TIME; attempts are counted in the database, so every web process shares them.
+# `manage.py axes_reset` (or axes_reset_username NAME) lifts a lockout.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("ADMIN_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("ADMIN_LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "delivery_project.urls"
 WSGI_APPLICATION = "delivery_project.wsgi.application"

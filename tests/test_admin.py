@@ -49,8 +49,7 @@ def test_a_customer_token_grants_nothing_in_the_admin(db):
 
 
 def test_a_logged_in_non_staff_user_is_sent_to_login(client):
-    User.objects.create_user("bob", password="pw")
-    client.login(username="bob", password="pw")
+    client.force_login(User.objects.create_user("bob", password="pw"))
     assert client.get("/admin/outbox/deadletter/").status_code == 302
 
 

@@ -167,3 +167,21 @@ def test_a_customer_token_opens_no_admin_page(db):
     for page in ("/admin/", "/admin/outbox/deadletter/", "/admin/drones/drone/"):
         response = client.get(page)
         assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_admin_login_locks_a_username_out_after_repeated_failures(settings):
+    User.objects.create_user("operator", password="right-password", is_staff=True)
+    client = Client()
+
+    def log_in(password: str):
+        return client.post("/admin/login/", {"username": "operator", "password": password})
+
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        assert log_in("guess").status_code == 200  # the form again, with its error
+    assert log_in("guess").status_code == 429
+    locked_out = log_in("right-password")
+
+    assert locked_out.status_code == 429  # even the right password, until the cool-off ends
+    assert "_auth_user_id" not in client.session
+    call_command("axes_reset_username", "operator")
+    assert log_in("right-password").status_code == 302
