@@ -3,16 +3,18 @@
 import json
 from uuid import UUID, uuid4
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Header, NinjaAPI, Query, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from deliveries import rescheduling, selectors, services
 from deliveries.models import Customer, Delivery
+from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.schemas import (
     DeliveryAccepted,
     DeliveryOut,
@@ -52,6 +54,7 @@ api = NinjaAPI(
     description="Request drone deliveries and follow them. Authenticate with `Authorization: Bearer <token>`.",
     auth=CustomerToken(),
     parser=JsonBodyParser(),
+    throttle=[CustomerRateThrottle()],
     urls_namespace="api",
 )
 ERRORS = {
@@ -62,6 +65,7 @@ ERRORS = {
     413: ErrorOut,
     415: ErrorOut,
     422: ErrorOut,
+    429: ErrorOut,
     503: ErrorOut,
 }
 RETRY_AFTER_SECONDS = 5
@@ -94,6 +98,17 @@ def http_error(request, exc: HttpError):
     if isinstance(cause, ValueError):
         return _error(request, 400, "the body is not a JSON object", [{"field": "body", "message": str(cause)}])
     return _error(request, exc.status_code, str(exc))
+
+
+@api.exception_handler(Throttled)
+def throttled(request, exc: Throttled):
+    """ninja adds the Retry-After header (seconds until the window ends) to this answer."""
+    return _error(
+        request,
+        429,
+        f"more than {settings.API_RATE_LIMIT} requests; retry after the Retry-After header's seconds",
+        [{"field": "Authorization", "message": "rate limit per customer exceeded"}],
+    )
 
 
 @api.exception_handler(AuthenticationError)

@@ -131,6 +131,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 # The API refuses larger bodies with 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+# Requests per customer (`N/s`, `N/min`, `N/hour`, `N/day`; empty: no limit) before the API answers
+# 429 with Retry-After. Counted in Django's cache below, so every web process shares the count.
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "6000/min")
+
+# Django's cache: Redis with DJANGO_CACHE_URL=redis://..., else a table in the database
+# (made by every `migrate`); either way one store for all processes.
+CACHE_URL = os.environ.get("DJANGO_CACHE_URL", "")
+if CACHE_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "django_cache",
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

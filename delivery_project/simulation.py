@@ -28,6 +28,15 @@ class Api:
         self._local = threading.local()
 
     def call(self, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
+        """One call; over the customer's rate limit (429) it waits the Retry-After seconds and
+        tries again, as a well-behaved client does."""
+        while True:
+            status, answer, retry_after = self._call(method, path, body, headers)
+            if status != 429:
+                return status, answer
+            threading.Event().wait(float(retry_after or 1))
+
+    def _call(self, method, path, body, headers) -> tuple[int, dict, str | None]:
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **(headers or {})}
         data = json.dumps(body).encode() if body is not None else None
         if self.url is None:
@@ -40,13 +49,13 @@ class Api:
                 content_type="application/json",
                 headers={k: v for k, v in headers.items() if k != "Content-Type"},
             )
-            return response.status_code, _json(response.content)
+            return response.status_code, _json(response.content), response.get("Retry-After")
         request = urllib.request.Request(f"{self.url}/api{path}", data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, _json(response.read())
+                return response.status, _json(response.read()), None
         except urllib.error.HTTPError as error:
-            return error.code, _json(error.read())
+            return error.code, _json(error.read()), error.headers.get("Retry-After")
 
 
 def _json(body: bytes) -> dict:

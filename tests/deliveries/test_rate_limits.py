@@ -1,0 +1,104 @@
+"""Per-customer rate limits (issue 10 §2): 429 with Retry-After in the documented JSON shape,
+counted in a store every web process shares (the database's cache table, or Redis)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from deliveries.models import Delivery
+from outbox.models import OutboxMessage
+from tests.deliveries.conftest import Customer
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+REDIS_URL = os.environ.get("OUTBOX_LIMITS_REDIS_URL") or "redis://127.0.0.1:6379/0"
+STORES = {
+    "database": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "django_cache"},
+    "redis": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
+}
+
+
+@pytest.fixture(params=list(STORES))
+def store(request, settings):
+    settings.CACHES = {"default": STORES[request.param]}
+    settings.API_RATE_LIMIT = "3/day"  # windows are aligned to the clock: a day's edge is never crossed mid-test
+    return request.param
+
+
+def test_a_customer_over_the_limit_gets_429_with_retry_after_and_others_do_not(store):
+    alice, bob = Customer("alice"), Customer("bob")
+
+    answers = [alice.get("/deliveries").status_code for _ in range(3)]
+    refused = alice.get("/deliveries")
+
+    assert answers == [200, 200, 200]
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 24 * 3600
+    assert refused.json()["errors"] == [{"field": "Authorization", "message": "rate limit per customer exceeded"}]
+    assert bob.get("/deliveries").status_code == 200
+
+
+def test_a_refused_request_stores_nothing(store):
+    alice = Customer("alice")
+    for _ in range(3):
+        alice.get("/deliveries")
+
+    refused = alice.request()
+
+    assert refused.status_code == 429 and "3/day" in refused.json()["detail"]
+    assert not Delivery.objects.exists() and not OutboxMessage.objects.exists()
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def test_two_processes_share_one_count(store):
+    """Another web process (a subprocess on the same database and cache) spends two of the three."""
+    alice = Customer("alice")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "delivery_project.settings",
+        "DATABASE_URL": _database_url(),
+        "DJANGO_CACHE_URL": REDIS_URL if store == "redis" else "",
+        "API_RATE_LIMIT": "3/day",
+        "DJANGO_DB_POOL_MAX_SIZE": "0",
+    }
+    script = (
+        "import django; django.setup()\n"
+        "from django.test import Client\n"
+        f"client = Client(headers={{'Authorization': 'Bearer {alice.token}'}})\n"
+        "print([client.get('/api/deliveries').status_code for _ in range(2)])\n"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=Path(settings.BASE_DIR), capture_output=True, text=True, timeout=60
+    )
+
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.strip().splitlines()[-1] == "[200, 200]"
+    assert alice.get("/deliveries").status_code == 200
+    assert alice.get("/deliveries").status_code == 429
+
+
+def test_an_empty_limit_turns_the_limit_off(settings):
+    settings.API_RATE_LIMIT = ""
+    alice = Customer("alice")
+
+    assert {alice.get("/deliveries").status_code for _ in range(20)} == {200}
+
+
+def test_simulate_waits_out_a_429_for_its_retry_after_and_goes_on(settings):
+    from delivery_project.simulation import Api
+
+    settings.API_RATE_LIMIT = "1/s"
+    api = Api(token=Customer("alice").token, url=None)
+
+    assert [api.call("GET", "/deliveries")[0] for _ in range(3)] == [200, 200, 200]
