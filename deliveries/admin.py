@@ -3,7 +3,7 @@ from django.template.loader import render_to_string
 from django.utils.timesince import timesince
 
 from deliveries import selectors, services
-from deliveries.models import Customer, Delivery, OverdueDelivery
+from deliveries.models import Customer, CustomerToken, Delivery, OverdueDelivery
 from outbox.admin import ReadOnlyAdmin, timeline_link
 
 
@@ -80,8 +80,32 @@ class OverdueDeliveryAdmin(DeliveryAdmin):
         return timesince(delivery.eta)
 
 
+class CustomerTokenInline(admin.TabularInline):
+    """A customer's tokens, never their values: `manage.py customer_token` rotates and revokes them."""
+
+    model = CustomerToken
+    fields = ["prefix", "created_at", "expires_at", "revoked_at", "state"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["-created_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Customer)
 class CustomerAdmin(ReadOnlyAdmin):
-    list_display = ["name", "id", "created_at"]
+    list_display = ["name", "id", "created_at", "valid_tokens"]
     search_fields = ["name"]
-    exclude = ["token_hash"]
+    inlines = [CustomerTokenInline]
+
+    @admin.display(description="valid tokens")
+    def valid_tokens(self, customer):
+        return sum(token.state.startswith("valid") for token in customer.tokens.all())
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("tokens")

@@ -45,7 +45,7 @@ class JsonBodyParser(Parser):
 
 class CustomerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Customer | None:
-        return Customer.objects.filter(token_hash=Customer.hash_token(token)).first()
+        return selectors.customer_with_token(token)
 
 
 api = NinjaAPI(

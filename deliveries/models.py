@@ -3,22 +3,47 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Customer(models.Model):
-    """Who may call the API; only a hash of the bearer token is kept."""
+    """Who may call the API, with one or more bearer tokens (CustomerToken)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=100, unique=True)
-    token_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self):
         return self.name
 
+
+class CustomerToken(models.Model):
+    """A bearer token of a customer. Only its hash is kept, and its first characters so that
+    people can tell tokens apart; it may expire, and revoked it stays, for the record."""
+
+    customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8, help_text="The token's first characters, to tell tokens apart.")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.prefix}… of {self.customer_id}"
+
     @staticmethod
     def hash_token(token: str) -> str:
+        # The token is 256 random bits: a fast hash suffices, no salt or stretching needed.
         return hashlib.sha256(token.encode()).hexdigest()
+
+    @property
+    def state(self) -> str:
+        now = timezone.now()
+        if self.revoked_at is not None:
+            return f"revoked {self.revoked_at:%Y-%m-%d %H:%M}"
+        if self.expires_at is not None and self.expires_at <= now:
+            return f"expired {self.expires_at:%Y-%m-%d %H:%M}"
+        return f"valid until {self.expires_at:%Y-%m-%d %H:%M}" if self.expires_at else "valid"
 
 
 class Delivery(models.Model):

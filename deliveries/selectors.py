@@ -4,10 +4,10 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from deliveries.models import Customer, Delivery
+from deliveries.models import Customer, CustomerToken, Delivery
 from outbox.timeline import correlation_timeline
 
 
@@ -40,3 +40,14 @@ def timeline(delivery: Delivery) -> list[dict]:
     return [
         {**event, "causation_id": event["causation_id"] if event["causation_id"] in own else None} for event in events
     ]
+
+
+def customer_with_token(token: str) -> Customer | None:
+    """The customer a bearer token belongs to, if the token is neither revoked nor expired."""
+    found = (
+        CustomerToken.objects.select_related("customer")
+        .filter(token_hash=CustomerToken.hash_token(token), revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .first()
+    )
+    return found.customer if found else None
