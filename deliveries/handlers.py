@@ -5,7 +5,8 @@ from uuid import UUID
 
 from deliveries import services
 from outbox.contracts import Reader
-from outbox.subscriptions import Received, subscribe
+from outbox.envelope import Envelope
+from outbox.subscriptions import Received, subscribe, when_unprocessable
 
 
 class AboutDelivery(Reader):
@@ -122,3 +123,14 @@ def on_wait_timed_out(message: Received[Timer]) -> None:
 @subscribe("deliveries", "delivery.deadline_passed", reader=Timer)
 def on_deadline_passed(message: Received[Timer]) -> None:
     services.expire_deadline(delivery_id=message.payload.delivery_id, deadline=message.payload.deadline)
+
+
+@when_unprocessable("deliveries")
+def fail_the_delivery(envelope: Envelope) -> None:
+    """A message about a delivery that can never be processed fails the delivery, whose
+    compensations then release its drone and cancel its package."""
+    try:
+        delivery_id = UUID(str(envelope.payload.get("delivery_id")))
+    except ValueError:
+        return  # no delivery to fail: the dead letter alone tells the operators
+    services.fail_unprocessable_delivery(delivery_id=delivery_id)

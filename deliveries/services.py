@@ -56,7 +56,11 @@ class DeliveryRequest:
 
 def announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
     """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
-    publish(event, stream=f"delivery:{delivery.id}", correlation_id=delivery.id, available_at=at)
+    _announce_about(delivery.id, event, at=at)
+
+
+def _announce_about(delivery_id: UUID, event, *, at: datetime | None = None) -> None:
+    publish(event, stream=f"delivery:{delivery_id}", correlation_id=delivery_id, available_at=at)
 
 
 def request_delivery(
@@ -155,6 +159,22 @@ def _fail(delivery: Delivery, reason: str) -> None:
         return
     delivery.status, delivery.status_reason = Status.FAILED, reason
     announce(delivery, DeliveryFailed(delivery_id=delivery.id, reason=reason))
+
+
+def fail_unprocessable_delivery(*, delivery_id: UUID) -> bool:
+    """The defensive second line: a message about this delivery can never be processed. Fail the
+    delivery without reading its row (which may be what cannot be read) and announce it, so the
+    drone is released and the package cancelled. False if it had finished already."""
+    reason = "unprocessable"
+    with transaction.atomic():
+        failed = (
+            Delivery.objects.filter(id=delivery_id)
+            .exclude(status__in=Delivery.TERMINAL)
+            .update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
+        )
+        if failed:
+            _announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason))
+    return bool(failed)
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:

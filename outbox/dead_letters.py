@@ -25,6 +25,7 @@ class Reason(StrEnum):
     UNKNOWN_TYPE = "unknown_type"
     UNSUPPORTED_VERSION = "unsupported_version"
     INVALID_PAYLOAD = "invalid_payload"
+    UNPROCESSABLE = "unprocessable"  # the handler met a value that cannot be stored or read (DataError, overflow)
     LOOP_DETECTED = "loop_detected"
     EXPIRED = "expired"
     HANDLER_ERROR = "handler_error"

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from dramatiq import Retry
@@ -32,7 +32,7 @@ from outbox.limits import within_limits
 from outbox.models import InboxMessage
 from outbox.ordering import Position, advance
 from outbox.publishing import handling
-from outbox.subscriptions import Received, Subscription, subscription
+from outbox.subscriptions import Received, Subscription, subscription, unprocessable_hook
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,10 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
         with within_limits(subscriber):
             return _handle_once(sub, envelope, payload)
     except Rejected as error:
-        record_dead_letter(subscriber=subscriber, body=body, reason=error.reason, error=error)
+        _give_up(subscriber, body, envelope, error.reason, error)
+        return False
+    except NEVER_PROCESSABLE as error:
+        _give_up(subscriber, body, envelope, Reason.UNPROCESSABLE, error)
         return False
     except RateLimitExceeded:
         _put_back_without_spending_a_retry()
@@ -70,6 +73,30 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
             )
             return False
         raise  # Dramatiq's Retries middleware re-enqueues it with backoff
+
+
+# Errors that the same message raises every time, so retrying only delays the compensations:
+# a value the database refuses to store (out of range, a NUL) or a stored one that cannot be read
+# back (a date past year 9999).
+NEVER_PROCESSABLE = (DataError, OverflowError)
+COMPENSATED = (Reason.INVALID_PAYLOAD, Reason.UNPROCESSABLE)
+
+
+def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error: BaseException) -> None:
+    """Dead-letter a message that can never succeed, at once; for a payload the subscriber can
+    never process, run its compensations (`when_unprocessable`) in the same transaction."""
+    hook = unprocessable_hook(subscriber) if reason in COMPENSATED else None
+    if hook is None:
+        record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
+        return
+    try:
+        with transaction.atomic():
+            record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
+            with handling(envelope):
+                hook(envelope)
+    except Exception as failure:  # the letter still gets written, saying the compensation failed too
+        logger.exception("%s could not compensate for unprocessable %s", subscriber, envelope.message_id)
+        record_dead_letter(subscriber=subscriber, body=body, reason=Reason.COMPENSATION_FAILED, error=failure)
 
 
 def _refuse_unacceptable(sub: Subscription | None, subscriber: str, envelope: Envelope) -> None:

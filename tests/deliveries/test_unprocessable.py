@@ -1,0 +1,103 @@
+"""The defensive second line (issue 10 §1): a message the deliveries context can never process is
+dead-lettered at once with a reason code, and the delivery is failed without reading its row, so
+the compensations release the drone and cancel the package instead of leaving them held forever."""
+
+import pytest
+from django.db import connection
+
+import outbox.subscriptions
+from deliveries.models import Delivery
+from drones.models import Drone
+from outbox.dispatch import dispatch
+from outbox.models import DeadLetter, OutboxMessage
+from packages.models import Package
+from tests.deliveries.test_choreography import requested
+
+DELIVERIES = Delivery._meta.db_table
+
+
+def reserved_and_ready(customer, choreography):
+    """A delivery whose drone is reserved and whose package is registered, before deliveries hears of it."""
+    delivery_id = requested(customer)
+    choreography.deliver("delivery.requested", delivery_id)
+    assert Drone.objects.filter(status="reserved").count() == 1
+    return delivery_id
+
+
+def state(delivery_id) -> tuple[str, str]:
+    # values_list reads only these columns: the row's other values may be unreadable.
+    return Delivery.objects.filter(id=delivery_id).values_list("status", "status_reason").get()
+
+
+def compensations_run(choreography, delivery_id) -> None:
+    for subscriber in ("drones", "packages"):
+        choreography.deliver("delivery.failed", delivery_id, only=subscriber)
+
+
+@pytest.mark.postgres
+def test_a_stored_date_that_cannot_be_read_back_fails_the_delivery_and_releases_its_drone(
+    customer, fleet, choreography
+):
+    delivery_id = reserved_and_ready(customer, choreography)
+    with connection.cursor() as cursor:  # what a year-10000 pickupTime once left behind (issue 10)
+        cursor.execute(f"UPDATE {DELIVERIES} SET pickup_time = '10000-01-01T00:00:00Z' WHERE id = %s", [delivery_id])
+    with pytest.raises(Exception):  # noqa: B017 - psycopg's own DataError, wrapped by Django
+        Delivery.objects.get(id=delivery_id)
+
+    scheduled = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id)
+    choreography.hand_over(scheduled, only="deliveries", dead_letter_expected=True)
+
+    letter = DeadLetter.objects.get(subscriber="deliveries", message_id=scheduled.message_id)
+    assert (letter.reason, letter.attempts) == ("unprocessable", 1)
+    assert state(delivery_id) == ("failed", "unprocessable")
+    compensations_run(choreography, delivery_id)
+    assert Drone.objects.filter(status="available").count() == 3
+    assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
+
+
+def test_an_unreadable_payload_fails_the_delivery_and_releases_its_drone(customer, fleet, choreography):
+    delivery_id = reserved_and_ready(customer, choreography)
+    scheduled = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id)
+    envelope = scheduled.envelope()
+    del envelope["payload"]["eta"]
+
+    dispatch(subscriber="deliveries", body=envelope)
+
+    letter = DeadLetter.objects.get(subscriber="deliveries", message_id=scheduled.message_id)
+    assert (letter.reason, letter.attempts) == ("invalid_payload", 1)
+    assert state(delivery_id) == ("failed", "unprocessable")
+    failed = OutboxMessage.objects.get(type="delivery.failed", correlation_id=delivery_id)
+    assert (failed.payload["reason"], failed.causation_id) == ("unprocessable", scheduled.message_id)
+    compensations_run(choreography, delivery_id)
+    assert Drone.objects.filter(status="available").count() == 3
+
+
+def test_a_finished_delivery_is_left_as_it_is(customer, fleet, choreography):
+    delivery_id = reserved_and_ready(customer, choreography)
+    choreography.settle(delivery_id)
+    assert state(delivery_id) == ("delivered", "")
+    envelope = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id).envelope()
+    envelope["message_id"] = "00000000-0000-4000-8000-000000000001"
+    del envelope["payload"]["eta"]
+
+    dispatch(subscriber="deliveries", body=envelope)
+
+    assert state(delivery_id) == ("delivered", "")
+    assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
+
+
+def test_a_compensation_that_fails_still_leaves_a_dead_letter_saying_so(customer, fleet, choreography, monkeypatch):
+    delivery_id = reserved_and_ready(customer, choreography)
+    envelope = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id).envelope()
+    del envelope["payload"]["eta"]
+
+    def broken(envelope):
+        raise RuntimeError("compensation broke")
+
+    monkeypatch.setitem(outbox.subscriptions._unprocessable_hooks, "deliveries", broken)
+    dispatch(subscriber="deliveries", body=envelope)
+
+    letter = DeadLetter.objects.get(subscriber="deliveries")
+    assert (letter.reason, letter.error) == ("compensation_failed", "compensation broke")
+    assert state(delivery_id) == ("requested", "")  # the failing compensation was rolled back whole
+    assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
