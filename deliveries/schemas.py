@@ -39,6 +39,13 @@ def _text(value: object) -> object:
 
 
 Timestamp = Annotated[datetime, BeforeValidator(_text)]
+# JSON Schema cannot bound a date-time by "now", so the rules are stated in words.
+PICKUP_TIME_RULE = (
+    "When the parcel is ready (ISO 8601; UTC when no zone is given): at most "
+    "DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS (300 s) in the past, which means now, and at most "
+    "DELIVERY_BOOKING_HORIZON_DAYS (90 days) ahead."
+)
+DEADLINE_RULE = "Not before pickupTime and at most DELIVERY_BOOKING_HORIZON_DAYS (90 days) ahead."
 # `false` or `"1.5"` is no coordinate: refuse it rather than store 0.0 or guess (integers are numbers).
 Number = Annotated[float, Strict()]
 
@@ -112,8 +119,8 @@ def _not_past(pickup: datetime | None) -> datetime | None:
 class DeliveryRequestIn(RequestSchema):
     pickup_location: LocationIn
     drop_off_location: LocationIn
-    pickup_time: Timestamp
-    deadline: Timestamp | None = None
+    pickup_time: Timestamp = Field(description=PICKUP_TIME_RULE)
+    deadline: Timestamp | None = Field(None, description=DEADLINE_RULE)
     expedited: StrictBool = False
     confirmation_required: Literal["None", "FingerPrint", "Picture", "Voice"] = "None"
     package_info: PackageInfoIn
@@ -137,8 +144,8 @@ class DeliveryRescheduleIn(RequestSchema):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    pickup_time: Timestamp | None = None
-    deadline: Timestamp | None = None
+    pickup_time: Timestamp | None = Field(None, description=PICKUP_TIME_RULE)
+    deadline: Timestamp | None = Field(None, description=DEADLINE_RULE)
     pickup_location: LocationIn | None = None
     drop_off_location: LocationIn | None = None
 
