@@ -1,0 +1,69 @@
+"""/healthz and /readyz (issue 11 §4): readiness checks the real database and broker, says which
+one failed and why, and answers even when a dependency hangs instead of hanging with it."""
+
+import socket
+import threading
+
+import dramatiq
+import pytest
+from django.test import Client
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+rabbitmq_only = pytest.mark.skipif(
+    not isinstance(dramatiq.get_broker(), RabbitmqBroker), reason="needs RabbitMQ: set BROKER_URL=amqp://..."
+)
+
+
+def test_healthz_says_the_process_is_alive():
+    response = Client().get("/healthz")
+
+    assert (response.status_code, response.json()) == (200, {"status": "alive"})
+
+
+def test_readyz_is_200_when_the_database_and_the_broker_answer():
+    response = Client().get("/readyz")
+
+    assert response.status_code == 200, response.json()
+    assert response.json() == {"status": "ready", "checks": {"database": {"ok": True}, "broker": {"ok": True}}}
+
+
+@rabbitmq_only
+def test_readyz_is_503_naming_the_broker_when_nothing_listens_there(settings):
+    settings.BROKER_URL = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/%2F"
+
+    response = Client().get("/readyz")
+
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["database"] == {"ok": True}
+    assert checks["broker"]["ok"] is False and "Connection" in checks["broker"]["error"]
+
+
+@rabbitmq_only
+def test_readyz_answers_timeout_instead_of_hanging_on_a_broker_that_never_answers(settings):
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, then says nothing: a hung server
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(silent.accept()), daemon=True).start()
+    settings.BROKER_URL = f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/%2F"
+    try:
+        response = Client().get("/readyz")
+    finally:
+        silent.close()
+
+    assert response.status_code == 503
+    assert response.json()["checks"]["broker"]["error"].startswith("timeout")
+
+
+def test_probes_are_not_redirected_to_https(settings):
+    settings.SECURE_SSL_REDIRECT = True
+
+    assert Client().get("/healthz").status_code == 200
+    assert Client().get("/api/deliveries").status_code == 301
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
