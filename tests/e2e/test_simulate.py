@@ -20,7 +20,7 @@ def test_a_burst_of_six_times_the_fleet_is_served_and_the_run_is_summed_up_and_p
     seed_fleet(count=4, latitude=BASE[0], longitude=BASE[1])
     out, png = StringIO(), tmp_path / "run.png"
 
-    call_command("simulate", deliveries=24, timeout=120, plot=str(png), stdout=out, verbosity=0)
+    call_command("simulate", deliveries=24, timeout=120, plot=str(png), stdout=out, verbosity=1)
 
     report = out.getvalue()
     reasons = set(Delivery.objects.filter(status="failed").values_list("status_reason", flat=True))
@@ -33,3 +33,6 @@ def test_a_burst_of_six_times_the_fleet_is_served_and_the_run_is_summed_up_and_p
     assert "request -> drone reserved (wait for a drone): p50" in report and "request -> delivered: p50" in report
     assert not Assignment.objects.filter(status="waiting").exists()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot written to {png}" in report
+    # Into a pipe (not a terminal) each progress bar is written once, finished, not redrawn with \r.
+    assert "\r" not in report
+    assert re.search(r"^submitted .* 24/24 ", report, re.MULTILINE) and re.search(r"^terminal .* 24/24 ", report, re.M)

@@ -1,5 +1,4 @@
 import random
-import sys
 import threading
 import time
 from uuid import uuid4
@@ -7,6 +6,8 @@ from uuid import uuid4
 import dramatiq
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deliveries.services import create_customer
 from delivery_project import simulation
@@ -47,23 +48,22 @@ class Command(BaseCommand):
         ]
         began, history = time.monotonic(), []
         try:
-            ids = simulation.submit(
-                api,
-                requests,
-                concurrency=concurrency,
-                rate=rate,
-                progress=self._bar("submitted", deliveries, verbosity),
-            )
-            self._end_bar(verbosity)
-            finished = simulation.wait_until_terminal(
-                api,
-                count=len(ids),
-                timeout=timeout,
-                progress=self._bar("terminal ", deliveries, verbosity),
-                history=history,
-                began=began,
-            )
-            self._end_bar(verbosity)
+            with self._progress(verbosity) as progress:
+                ids = simulation.submit(
+                    api,
+                    requests,
+                    concurrency=concurrency,
+                    rate=rate,
+                    progress=self._bar(progress, "submitted", deliveries),
+                )
+                finished = simulation.wait_until_terminal(
+                    api,
+                    count=len(ids),
+                    timeout=timeout,
+                    progress=self._bar(progress, "terminal", deliveries),
+                    history=history,
+                    began=began,
+                )
         finally:
             stop.set()
             for stopper in background:
@@ -92,15 +92,14 @@ class Command(BaseCommand):
         thread.start()
         return [lambda: thread.join(10), lambda: worker.stop(timeout=10_000)]
 
-    def _bar(self, label: str, total: int, verbosity: int):
-        def show(done: int) -> None:
-            if verbosity:
-                filled = int(30 * done / max(total, 1))
-                sys.stdout.write(f"\r{label} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
-                sys.stdout.flush()
+    def _progress(self, verbosity: int) -> Progress:
+        """rich redraws the bars in place on a terminal; into a pipe or a log it writes them once,
+        finished, instead of a line per update."""
+        console = Console(file=self.stdout._out, quiet=not verbosity)
+        columns = [TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        return Progress(*columns, console=console)
 
-        return show
-
-    def _end_bar(self, verbosity: int) -> None:
-        if verbosity:
-            sys.stdout.write("\n")
+    @staticmethod
+    def _bar(progress: Progress, label: str, total: int):
+        task = progress.add_task(label, total=total)
+        return lambda done: progress.update(task, completed=done)
