@@ -30,7 +30,7 @@ def _flag(name: str, default: bool) -> bool:
 # Behind a proxy that ends TLS, say which header tells the original scheme, e.g.
 # DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (and make sure the proxy always sets it).
 SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes talk plain HTTP to the process
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes talk plain HTTP to the process
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES", not DEBUG)
 SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "0" if DEBUG else str(365 * 24 * 3600)))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("DJANGO_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)

@@ -3,10 +3,12 @@ from django.urls import path, re_path
 
 from deliveries.api import api, unknown_path
 from delivery_project.health import healthz, readyz
+from delivery_project.metrics import metrics
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     re_path(r"^api/", unknown_path),

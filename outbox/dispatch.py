@@ -29,6 +29,7 @@ from outbox.contracts import upcast
 from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter
 from outbox.envelope import Envelope
 from outbox.limits import within_limits
+from outbox.metrics import HANDLED, HANDLER_SECONDS
 from outbox.models import InboxMessage
 from outbox.ordering import Position, advance
 from outbox.publishing import handling
@@ -39,11 +40,23 @@ logger = logging.getLogger(__name__)
 
 def dispatch(*, subscriber: str, body: Any) -> bool:
     """Process `body` for `subscriber`; True if the handler ran, False if skipped or dead."""
+    started, outcome = time.perf_counter(), "retried"
+    event_type = str(body.get("type", "?"))[:100] if isinstance(body, dict) else "?"
+    try:
+        outcome = _dispatch(subscriber, body)
+        return outcome == "processed"
+    finally:
+        HANDLED.labels(subscriber, event_type, outcome).inc()
+        HANDLER_SECONDS.labels(subscriber, event_type).observe(time.perf_counter() - started)
+
+
+def _dispatch(subscriber: str, body: Any) -> str:
+    """The outcome: processed, duplicate, stale, dead_lettered or delayed; raises to be retried."""
     try:
         envelope = Envelope.model_validate(body)
     except ValidationError as error:
         record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_ENVELOPE, error=error)
-        return False
+        return "dead_lettered"
 
     sub = subscription(subscriber, envelope.type)
     try:
@@ -53,10 +66,10 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
             return _handle_once(sub, envelope, payload)
     except Rejected as error:
         _give_up(subscriber, body, envelope, error.reason, error)
-        return False
+        return "dead_lettered"
     except NEVER_PROCESSABLE as error:
         _give_up(subscriber, body, envelope, Reason.UNPROCESSABLE, error)
-        return False
+        return "dead_lettered"
     except RateLimitExceeded:
         _put_back_without_spending_a_retry()
     except (Exception, TimeLimitExceeded) as error:
@@ -71,7 +84,7 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
                 attempts=retries + 1,
                 first_failed_at=first_failed_at,
             )
-            return False
+            return "dead_lettered"
         raise  # Dramatiq's Retries middleware re-enqueues it with backoff
 
 
@@ -128,23 +141,23 @@ def _read(sub: Subscription, envelope: Envelope) -> Any:
         raise Rejected(Reason.INVALID_PAYLOAD, str(error)) from error
 
 
-def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> bool:
+def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
     with transaction.atomic():
         if not _first_receipt(sub.subscriber, envelope):
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
                 duplicates=F("duplicates") + 1
             )
             logger.info("%s skipped duplicate %s %s", sub.subscriber, envelope.type, envelope.message_id)
-            return False
+            return "duplicate"
         _refuse_expired()  # raises out of the block: the inbox row is rolled back with it
         if sub.ordered:
             position = advance(subscriber=sub.subscriber, stream=envelope.stream, sequence=envelope.sequence)
             if position == Position.STALE:
                 close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
-                return False
+                return "stale"
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
-    return True
+    return "processed"
 
 
 def _first_receipt(subscriber: str, envelope: Envelope) -> bool:

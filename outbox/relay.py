@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -32,6 +33,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from outbox import wake_up
 from outbox.dead_letters import Reason, record_dead_letter
+from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
 from outbox.subscriptions import message_to, subscribers_of
@@ -160,10 +162,14 @@ class Relay:
         except Exception as error:
             self._release([*in_flight.values(), *(s.row for s in suspects)])  # none of them is to blame
             in_flight.clear()
+            SEND_FAILURES.labels("broker").inc()
             raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
         finally:
             self.mark_published(sent)
         self.relayed += len(sent)
+        for event_type, count in Counter(row.type for row in sent).items():
+            RELAYED.labels(event_type).inc(count)
+        SEND_FAILURES.labels("row").inc(len(suspects))
         for suspect in suspects:  # a row that fails while its neighbours go through keeps its lease
             self._set_aside_if_hopeless(suspect)
         return len(sent)

@@ -1,0 +1,70 @@
+"""`/metrics` for Prometheus: the kernel's counters (outbox/metrics.py) and the system's state,
+read from the database at each scrape.
+
+In multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the counters are those of every process of the
+host that shares the directory (web, relays, workers); otherwise this process's own.
+"""
+
+import os
+
+from django.db.models import Count, Min
+from django.http import HttpResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+
+from deliveries.models import Delivery
+from outbox.models import DeadLetter, OutboxMessage
+
+
+def _age(since) -> float:
+    return max(0.0, (timezone.now() - since).total_seconds()) if since else 0.0
+
+
+class SystemState:
+    """Gauges that are facts in the database, not events in a process."""
+
+    def collect(self):
+        now = timezone.now()
+        pending = OutboxMessage.objects.filter(published_at__isnull=True)
+        due = pending.filter(available_at__lte=now).aggregate(count=Count("id"), oldest=Min("available_at"))
+        yield GaugeMetricFamily("outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", pending.count())
+        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", due["count"])
+        yield GaugeMetricFamily(
+            "outbox_oldest_due_age_seconds", "How long the oldest due row has waited for the relay", _age(due["oldest"])
+        )
+        letters = GaugeMetricFamily("outbox_dead_letters_open", "Open dead letters, by reason", labels=["reason"])
+        open_letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).values_list("reason")
+        for reason, count in open_letters.annotate(n=Count("id")):
+            letters.add_metric([reason], count)
+        yield letters
+        by_status = GaugeMetricFamily("deliveries", "Deliveries, by status", labels=["status"])
+        counts = dict(Delivery.objects.values_list("status").annotate(n=Count("id")))
+        for status in Delivery.Status.values:
+            by_status.add_metric([status], counts.get(status, 0))
+        yield by_status
+        waiting = Delivery.objects.filter(status=Delivery.Status.WAITING_FOR_DRONE).aggregate(
+            count=Count("id"), oldest=Min("waiting_since")
+        )
+        yield GaugeMetricFamily(
+            "deliveries_waiting_for_drone", "Deliveries in the drones' waiting line", waiting["count"]
+        )
+        yield GaugeMetricFamily(
+            "deliveries_oldest_waiting_age_seconds",
+            "How long the delivery first in the waiting line has waited",
+            _age(waiting["oldest"]),
+        )
+
+
+def counters() -> CollectorRegistry:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def metrics(request) -> HttpResponse:
+    state = CollectorRegistry()
+    state.register(SystemState())
+    return HttpResponse(generate_latest(counters()) + generate_latest(state), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,31 @@
+"""What the messaging kernel counts, for Prometheus (prometheus_client).
+
+Counters and histograms live in the process that does the work (relay, worker). With
+PROMETHEUS_MULTIPROC_DIR set to a directory the processes of a host share, each writes its own
+file there and any `/metrics` on that host (the web's, or a relay's `--metrics-port`) sums them.
+Values that are state rather than events (backlog, dead letters open) are read from the database
+when scraped: see delivery_project/metrics.py.
+"""
+
+from prometheus_client import Counter, Histogram
+
+RELAYED = Counter(
+    "outbox_relayed_events", "Outbox rows the broker confirmed (every copy), by event type", ["event_type"]
+)
+SEND_FAILURES = Counter(
+    "outbox_send_failures",
+    "Failed sends: a row the broker refused or that could not be encoded (row), or a broker outage (broker)",
+    ["kind"],
+)
+HANDLED = Counter(
+    "outbox_handled_messages",
+    "Messages a subscriber took from its queue, by outcome: processed, duplicate (skipped by the inbox), "
+    "stale (older than one applied on its stream), dead_lettered, retried",
+    ["subscriber", "event_type", "outcome"],
+)
+HANDLER_SECONDS = Histogram(
+    "outbox_handler_seconds",
+    "Time from taking a message to its outcome (inbox check, handler and commit), by subscriber and event type",
+    ["subscriber", "event_type"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)

@@ -1,0 +1,71 @@
+"""Prometheus metrics (issue 11 §3), scraped from /metrics after a real delivery through the API,
+the relay, RabbitMQ (or the embedded Redis) and a worker."""
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from drones.services import seed_fleet
+from outbox.dispatch import dispatch
+from outbox.models import OutboxMessage
+from tests.conftest import wait_until
+from tests.deliveries.conftest import BASE, Customer
+
+pytestmark = pytest.mark.integration
+
+
+def scrape() -> dict[tuple, float]:
+    response = Client().get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+
+
+def value(scraped: dict, name: str, **labels) -> float:
+    return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_one_delivery_shows_in_the_counters_and_the_state_gauges(system):
+    seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+    alice = Customer("alice")
+    before = scrape()
+
+    delivery_id = alice.request().json()["deliveryId"]
+    wait_until(lambda: alice.get(f"/deliveries/{delivery_id}").json()["status"] == "delivered", what="delivered")
+    def nothing_due() -> bool:
+        return not OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=timezone.now()).exists()
+
+    wait_until(nothing_due, what="every due row relayed")
+    requested = OutboxMessage.objects.get(type="delivery.requested")
+    dispatch(subscriber="drones", body=requested.envelope())  # a second copy, skipped by the inbox
+    processed = dict(subscriber="deliveries", event_type="drone.arrived", outcome="processed")
+    duplicate = dict(subscriber="drones", event_type="delivery.requested", outcome="duplicate")
+
+    def grew(scraped: dict, name: str, **labels) -> float:
+        return value(scraped, name, **labels) - value(before, name, **labels)
+
+    # A worker counts a message just after its transaction commits: wait for the counts, not only the state.
+    def counted() -> dict | None:
+        scraped = scrape()
+        handled = grew(scraped, "outbox_handled_messages_total", **processed)
+        return scraped if handled and grew(scraped, "outbox_relayed_events_total", event_type="drone.arrived") else None
+
+    after = wait_until(counted, what="the relay and the worker to count drone.arrived")
+
+    assert grew(after, "outbox_relayed_events_total", event_type="delivery.requested") == 1
+    assert grew(after, "outbox_relayed_events_total", event_type="drone.arrived") == 1
+    assert grew(after, "outbox_handled_messages_total", **processed) == 1
+    assert grew(after, "outbox_handled_messages_total", **duplicate) == 1
+    assert grew(after, "outbox_handler_seconds_count", subscriber="drones", event_type="delivery.requested") == 2
+    inf = dict(subscriber="drones", event_type="delivery.requested", le="+Inf")
+    assert grew(after, "outbox_handler_seconds_bucket", **inf) == 2
+    assert value(after, "deliveries", status="delivered") == 1
+    assert value(after, "deliveries", status="waiting_for_drone") == 0
+    assert value(after, "deliveries_waiting_for_drone") == 0
+    assert value(after, "outbox_due_rows") == 0 and value(after, "outbox_oldest_due_age_seconds") == 0
+    assert ("outbox_backlog_rows", ()) in after  # timers still pending for later are counted there
+    assert not [key for key in after if key[0] == "outbox_dead_letters_open"]
