@@ -48,7 +48,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel (before dispatch only)", permissions=["cancel"])
     def cancel(self, request, queryset):
-        for delivery in queryset:
+        for delivery in queryset.exclude(status=Delivery.Status.CANCELLED):  # nothing to do, nothing to audit
             try:
                 self.audited(
                     request,

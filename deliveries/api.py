@@ -236,7 +236,9 @@ def request_delivery(
     request,
     response: HttpResponse,
     payload: DeliveryRequestIn,
-    idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=200),
+    idempotency_key: str | None = Header(
+        None, alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x20-\x7e]+$"
+    ),
 ):
     package = payload.package_info
     delivery, _ = services.request_delivery(

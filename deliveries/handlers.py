@@ -133,4 +133,7 @@ def fail_the_delivery(envelope: Envelope) -> None:
         delivery_id = UUID(str(envelope.payload.get("delivery_id")))
     except ValueError:
         return  # no delivery to fail: the dead letter alone tells the operators
-    services.fail_unprocessable_delivery(delivery_id=delivery_id)
+    schedule_round = envelope.payload.get("round")
+    services.fail_unprocessable_delivery(
+        delivery_id=delivery_id, schedule_round=schedule_round if isinstance(schedule_round, int) else None
+    )

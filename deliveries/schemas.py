@@ -26,9 +26,10 @@ class CamelSchema(Schema):
 
 
 class RequestSchema(CamelSchema):
-    """What a client sends: an unknown field is a mistake to point out, not to ignore."""
+    """What a client sends, by the names the schema states: an unknown field (snake_case included)
+    is a mistake to point out, not to ignore."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
 
 
 def _text(value: object) -> object:
@@ -144,10 +145,11 @@ class DeliveryRescheduleIn(RequestSchema):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    pickup_time: Timestamp | None = Field(None, description=PICKUP_TIME_RULE)
-    deadline: Timestamp | None = Field(None, description=DEADLINE_RULE)
-    pickup_location: LocationIn | None = None
-    drop_off_location: LocationIn | None = None
+    # Each may be left out, none may be null: null would read as "remove", which no field allows.
+    pickup_time: Timestamp = Field(None, description=PICKUP_TIME_RULE)
+    deadline: Timestamp = Field(None, description=DEADLINE_RULE)
+    pickup_location: LocationIn = None
+    drop_off_location: LocationIn = None
 
     @field_validator("pickup_time")
     @classmethod

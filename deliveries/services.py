@@ -161,17 +161,20 @@ def _fail(delivery: Delivery, reason: str) -> None:
     announce(delivery, DeliveryFailed(delivery_id=delivery.id, reason=reason))
 
 
-def fail_unprocessable_delivery(*, delivery_id: UUID) -> bool:
+def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None = None) -> bool:
     """The defensive second line: a message about this delivery can never be processed. Fail the
     delivery without reading its row (which may be what cannot be read) and announce it, so the
-    drone is released and the package cancelled. False if it had finished already."""
+    drone is released and the package cancelled.
+
+    Only before dispatch: a drone in flight is not called back by a message about it that cannot
+    be read (its arrival still ends the delivery, or it shows as overdue). Nor by a message of an
+    older scheduling round. False if nothing was failed."""
     reason = "unprocessable"
+    deliveries = Delivery.objects.filter(id=delivery_id, status__in=Delivery.BEFORE_DISPATCH)
+    if schedule_round is not None:
+        deliveries = deliveries.filter(schedule_round=schedule_round)
     with transaction.atomic():
-        failed = (
-            Delivery.objects.filter(id=delivery_id)
-            .exclude(status__in=Delivery.TERMINAL)
-            .update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
-        )
+        failed = deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
         if failed:
             _announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason))
     return bool(failed)

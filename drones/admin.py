@@ -49,7 +49,7 @@ class DroneAdmin(ReadOnlyAdmin):
         permissions=["ground"],
     )
     def ground(self, request, queryset):
-        for drone in queryset:
+        for drone in queryset.exclude(status=Drone.Status.MAINTENANCE):  # nothing to do, nothing to audit
             try:
                 self.audited(request, drone, "grounded", services.ground_drone, drone_id=drone.pk)
             except services.DroneBusy as error:
@@ -58,14 +58,10 @@ class DroneAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Return to service", permissions=["return"])
     def return_to_service(self, request, queryset):
-        for drone in queryset:
-            self.audited(
-                request,
-                drone,
-                "returned to service",
-                lambda drone=drone: services.return_drone_to_service(drone_id=drone.pk),
-            )
-        self.message_user(request, f"{queryset.count()} drone(s) back in service.", messages.SUCCESS)
+        grounded = list(queryset.filter(status=Drone.Status.MAINTENANCE))
+        for drone in grounded:
+            self.audited(request, drone, "returned to service", services.return_drone_to_service, drone_id=drone.pk)
+        self.message_user(request, f"{len(grounded)} drone(s) back in service.", messages.SUCCESS)
 
 
 @admin.register(Assignment)

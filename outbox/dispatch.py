@@ -67,12 +67,12 @@ def _dispatch(subscriber: str, body: Any) -> str:
     except Rejected as error:
         _give_up(subscriber, body, envelope, error.reason, error)
         return "dead_lettered"
-    except NEVER_PROCESSABLE as error:
-        _give_up(subscriber, body, envelope, Reason.UNPROCESSABLE, error)
-        return "dead_lettered"
     except RateLimitExceeded:
         _put_back_without_spending_a_retry()
     except (Exception, TimeLimitExceeded) as error:
+        if isinstance(error, DataError) and sub is not None and not sub.compensation:
+            _give_up(subscriber, body, envelope, Reason.UNPROCESSABLE, error)
+            return "dead_lettered"
         retries, first_failed_at = _failures_so_far()
         if retries >= settings.OUTBOX_MAX_RETRIES:
             # Should this raise, Dramatiq retries the message: its actor allows the extra attempts.
@@ -88,10 +88,10 @@ def _dispatch(subscriber: str, body: Any) -> str:
         raise  # Dramatiq's Retries middleware re-enqueues it with backoff
 
 
-# Errors that the same message raises every time, so retrying only delays the compensations:
-# a value the database refuses to store (out of range, a NUL) or a stored one that cannot be read
-# back (a date past year 9999).
-NEVER_PROCESSABLE = (DataError, OverflowError)
+# The database refusing a value (out of range, a NUL in text) or failing to read a stored one back
+# (a date past year 9999) is a DataError, raised by the same message every time: retrying only
+# delays the compensations. A compensation handler meeting one is retried and then dead-lettered
+# as compensation_failed like any other failure of a compensation, so that it stays in view.
 COMPENSATED = (Reason.INVALID_PAYLOAD, Reason.UNPROCESSABLE)
 
 

@@ -36,6 +36,7 @@ def test_one_delivery_shows_in_the_counters_and_the_state_gauges(system):
 
     delivery_id = alice.request().json()["deliveryId"]
     wait_until(lambda: alice.get(f"/deliveries/{delivery_id}").json()["status"] == "delivered", what="delivered")
+
     def nothing_due() -> bool:
         return not OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=timezone.now()).exists()
 

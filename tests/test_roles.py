@@ -185,3 +185,17 @@ def test_the_admin_login_locks_a_username_out_after_repeated_failures(settings):
     assert "_auth_user_id" not in client.session
     call_command("axes_reset_username", "operator")
     assert log_in("right-password").status_code == 302
+
+
+def test_an_action_that_changes_nothing_leaves_no_audit_record(operator, drone):
+    delivery_id = UUID(Customer("alice").request().json()["deliveryId"])
+    # The customer cancelled first: the operator's cancel then has nothing to do.
+    Delivery.objects.filter(pk=delivery_id).update(status="cancelled", status_reason="cancelled_by_customer")
+
+    act(operator, "drones/drone", "return_to_service", [drone.pk])  # it is available already
+    act(operator, "deliveries/delivery", "cancel", [delivery_id])
+    act(operator, "drones/drone", "ground", [drone.pk])
+    act(operator, "drones/drone", "ground", [drone.pk])  # grounded already
+
+    assert audit_trail() == [("operators-user", "drone", "grounded")]
+    assert Delivery.objects.get(pk=delivery_id).status_reason == "cancelled_by_customer"

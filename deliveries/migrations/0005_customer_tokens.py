@@ -17,10 +17,15 @@ def keep_existing_tokens(apps, schema_editor):
 
 
 def restore_one_token_each(apps, schema_editor):
+    """Back to one token each: the newest still valid, or none that works."""
+    from django.db.models import Q
+    from django.utils import timezone
+
     Customer = apps.get_model("deliveries", "Customer")
+    valid = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
     for customer in Customer.objects.all():
-        token = customer.tokens.filter(revoked_at__isnull=True).order_by("-created_at").first()
-        customer.token_hash = token.token_hash if token else f"revoked-{customer.id.hex}"
+        token = customer.tokens.filter(valid).order_by("-created_at").first()
+        customer.token_hash = token.token_hash if token else f"none-valid-{customer.id.hex}"
         customer.save(update_fields=["token_hash"])
 
 
@@ -43,12 +48,14 @@ class Migration(migrations.Migration):
                 ('customer', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tokens', to='deliveries.customer')),
             ],
         ),
-        migrations.RunPython(keep_existing_tokens, restore_one_token_each),
+        # Nullable before the data moves, so that going back re-adds the column empty, fills it,
+        # and only then makes it NOT NULL again.
         migrations.AlterField(
             model_name='customer',
             name='token_hash',
             field=models.CharField(max_length=64, null=True),
         ),
+        migrations.RunPython(keep_existing_tokens, restore_one_token_each),
         migrations.RemoveField(
             model_name='customer',
             name='token_hash',

@@ -44,6 +44,10 @@ HOSTILE_BODIES = {
     "pickupTime as a number": (delivery_request(pickupTime=0), "pickupTime"),
     "an altitude beyond any flight": (with_pickup(altitude=1e12), "pickupLocation.altitude"),
     "an unknown field": (delivery_request(pickuptime="2026-01-01T00:00:00Z"), "pickuptime"),
+    "a field by its Python name": (
+        {**{k: v for k, v in delivery_request().items() if k != "pickupTime"}, "pickup_time": "2026-12-01T00:00:00Z"},
+        "pickup_time",
+    ),
 }
 
 
@@ -65,6 +69,27 @@ def test_an_empty_idempotency_key_is_refused_every_time_and_stores_nothing(custo
         assert response.status_code == 422, response.content
         assert "Idempotency-Key" in response.json()["detail"]
     assert not Delivery.objects.exists()
+
+
+def test_a_nul_in_the_idempotency_key_is_refused(customer):
+    response = customer.request(delivery_request(), **{"Idempotency-Key": "a\x00b"})
+
+    assert response.status_code == 422, response.content
+    assert not Delivery.objects.exists()
+
+
+@pytest.mark.parametrize("field", ["pickupTime", "deadline", "pickupLocation", "dropOffLocation"])
+def test_a_reschedule_to_null_is_refused_not_read_as_no_change(customer, field):
+    delivery_id = customer.request().json()["deliveryId"]
+    published = OutboxMessage.objects.count()
+
+    response = customer.client.patch(
+        f"/api/deliveryrequests/{delivery_id}", json.dumps({field: None}), content_type="application/json"
+    )
+
+    assert response.status_code == 422, response.content
+    assert response.json()["errors"][0]["field"] == field
+    assert OutboxMessage.objects.count() == published
 
 
 def test_a_page_beyond_any_offset_is_refused(customer):

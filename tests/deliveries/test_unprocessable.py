@@ -101,3 +101,35 @@ def test_a_compensation_that_fails_still_leaves_a_dead_letter_saying_so(customer
     assert (letter.reason, letter.error) == ("compensation_failed", "compensation broke")
     assert state(delivery_id) == ("requested", "")  # the failing compensation was rolled back whole
     assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
+
+
+def test_a_delivery_in_flight_is_not_failed_by_a_report_that_cannot_be_read(customer, fleet, choreography):
+    delivery_id = reserved_and_ready(customer, choreography)
+    choreography.deliver("drone.scheduled", delivery_id)
+    choreography.deliver("package.ready", delivery_id)
+    assert state(delivery_id) == ("in_transit", "")
+    choreography.deliver("delivery.dispatched", delivery_id, only="drones")  # the drone takes off
+    report = OutboxMessage.objects.filter(type="drone.position_reported", correlation_id=delivery_id).first()
+    envelope = report.envelope() if report else None
+    assert envelope is not None, "no position report published"
+    envelope["payload"]["latitude"] = "north"
+
+    dispatch(subscriber="deliveries", body=envelope)
+
+    assert DeadLetter.objects.get(subscriber="deliveries").reason == "invalid_payload"
+    assert state(delivery_id) == ("in_transit", "")
+    assert Drone.objects.filter(status="in_flight").count() == 1
+    assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
+
+
+def test_a_message_of_an_older_scheduling_round_fails_nothing(customer, fleet, choreography):
+    delivery_id = reserved_and_ready(customer, choreography)
+    Delivery.objects.filter(id=delivery_id).update(schedule_round=2)  # rescheduled since
+    envelope = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id).envelope()
+    assert envelope["payload"]["round"] == 1
+    del envelope["payload"]["eta"]
+
+    dispatch(subscriber="deliveries", body=envelope)
+
+    assert DeadLetter.objects.get(subscriber="deliveries").reason == "invalid_payload"
+    assert state(delivery_id) == ("requested", "")
