@@ -118,3 +118,23 @@ class OverdueDelivery(Delivery):
         proxy = True
         verbose_name = "overdue delivery"
         verbose_name_plural = "overdue deliveries"
+
+
+class ApiRequestCount(models.Model):
+    """Requests of one customer in one rate-limit window, counted by an atomic upsert so that
+    every web process shares one exact count (see deliveries/rate_limits.py)."""
+
+    customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="+")
+    seconds = models.PositiveIntegerField(help_text="The window's length.")
+    window_index = models.BigIntegerField(help_text="Which window: seconds since the epoch // its length.")
+    requests = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["customer", "seconds", "window_index"], name="api_request_count_window_unique"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.requests} requests of {self.customer_id} in window {self.window_index} of {self.seconds} s"

@@ -1,11 +1,16 @@
 """Per-customer rate limits on the API, through django-ninja's throttling hook.
 
-ninja's own AuthRateThrottle keeps a list of every request's timestamp in the cache and rewrites
-it on each call: at a limit of thousands a minute that is a list of thousands, and two web
-processes reading it at once both write their own copy back. This throttle counts in fixed
-windows with the cache's `incr` instead, one small key per customer and window, atomic on Redis,
-in Django's cache that every web process shares (Redis with DJANGO_CACHE_URL, else a database
-table).
+Requests are counted in fixed windows (`API_RATE_LIMIT`, e.g. 6000/min), in a store every web
+process shares, by an atomic increment so that concurrent requests cannot lose counts: Redis
+`INCR` when DJANGO_CACHE_URL names a Redis (Django's cache there), else one
+`INSERT … ON CONFLICT DO UPDATE … RETURNING` on a row per customer and window in the database.
+
+(ninja's own AuthRateThrottle keeps a list of every request's timestamp in the cache and writes
+it back whole on each call: lost updates between processes, and a list of thousands at a
+limit of thousands.)
+
+Requests without a valid token are refused (401) before any throttle runs; a token is 256
+random bits, so guessing one is not what a rate limit is for.
 """
 
 import threading
@@ -13,37 +18,59 @@ import time
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import connection, transaction
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
+
+from deliveries.models import ApiRequestCount
 
 
 def parse_rate(rate: str) -> tuple[int, int]:
     """`100/min` → (100, 60); the forms ninja and DRF accept: s, sec, m, min, h, hour, d, day."""
-    count, seconds = SimpleRateThrottle.parse_rate(SimpleRateThrottle, rate)
-    return count, seconds
+    return SimpleRateThrottle.parse_rate(SimpleRateThrottle, rate)
+
+
+def _count_in_cache(customer_id, seconds: int, window: int) -> int:
+    key = f"api-rate:{customer_id}:{seconds}:{window}"
+    cache.add(key, 0, timeout=seconds + 1)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired or evicted between add and incr
+        cache.set(key, 1, timeout=seconds + 1)
+        return 1
+
+
+_table = ApiRequestCount._meta.db_table
+_UPSERT = (
+    f"INSERT INTO {_table} (customer_id, seconds, window_index, requests) VALUES (%s, %s, %s, 1) "
+    "ON CONFLICT (customer_id, seconds, window_index) DO UPDATE SET requests = "
+    f"{_table}.requests + 1 RETURNING requests"
+)
+
+
+def _count_in_database(customer_id, seconds: int, window: int) -> int:
+    customer = ApiRequestCount._meta.get_field("customer").target_field.get_db_prep_value(customer_id, connection)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_UPSERT, [customer, seconds, window])
+        count = cursor.fetchone()[0]
+        if count == 1:  # a new window: the customer's older ones are done with
+            ApiRequestCount.objects.filter(customer_id=customer_id, window_index__lt=window - 1).delete()
+    return count
 
 
 class CustomerRateThrottle(BaseThrottle):
-    """At most API_RATE_LIMIT requests per customer (per address before authentication) a window."""
+    """At most API_RATE_LIMIT requests per customer a window; Retry-After until the window ends."""
 
     def __init__(self):
         self._last = threading.local()  # ninja shares one throttle between the threads of a process
 
     def allow_request(self, request) -> bool:
-        rate = settings.API_RATE_LIMIT
-        if not rate:
-            return True
-        limit, seconds = parse_rate(rate)
         customer = getattr(request, "auth", None)
-        who = f"customer:{customer.pk}" if customer is not None else f"address:{self.get_ident(request)}"
+        if not settings.API_RATE_LIMIT or customer is None:
+            return True
+        limit, seconds = parse_rate(settings.API_RATE_LIMIT)
         now = time.time()
         window = int(now // seconds)
-        key = f"api-rate:{who}:{seconds}:{window}"
-        cache.add(key, 0, timeout=seconds + 1)
-        try:
-            count = cache.incr(key)
-        except ValueError:  # expired or evicted between add and incr
-            cache.set(key, 1, timeout=seconds + 1)
-            count = 1
+        count = (_count_in_cache if settings.CACHE_URL else _count_in_database)(customer.pk, seconds, window)
         self._last.wait = (window + 1) * seconds - now
         return count <= limit
 

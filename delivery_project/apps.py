@@ -2,14 +2,11 @@ from django.apps import AppConfig, apps
 from django.db.models.signals import post_migrate
 
 
-def _roles_and_cache_table_after_migrate(sender, using="default", **kwargs):
-    from django.core.management import call_command
-
+def _roles_after_migrate(sender, using="default", **kwargs):
     from delivery_project.roles import create_roles
 
     if using == "default":
         create_roles()
-        call_command("createcachetable", database=using, verbosity=0)  # a no-op unless the cache is the database
 
 
 class DeliveryProjectConfig(AppConfig):
@@ -21,4 +18,4 @@ class DeliveryProjectConfig(AppConfig):
     def ready(self):
         # This app has no models, so no post_migrate of its own: follow auth's, once per migrate.
         auth = apps.get_app_config("auth")
-        post_migrate.connect(_roles_and_cache_table_after_migrate, sender=auth, dispatch_uid="delivery_project.roles")
+        post_migrate.connect(_roles_after_migrate, sender=auth, dispatch_uid="delivery_project.roles")

@@ -75,6 +75,9 @@ AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contri
 AXES_FAILURE_LIMIT = int(os.environ.get("ADMIN_LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("ADMIN_LOGIN_LOCKOUT_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Behind a proxy every client would share its address: count it from X-Forwarded-For instead.
+PROXY_COUNT = int(os.environ.get("DJANGO_PROXY_COUNT", "0"))
+AXES_CLIENT_IP_CALLABLE = "delivery_project.proxies.client_address"
 AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "delivery_project.urls"
@@ -133,22 +136,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # The API refuses larger bodies with 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 # Requests per customer (`N/s`, `N/min`, `N/hour`, `N/day`; empty: no limit) before the API answers
-# 429 with Retry-After. Counted in Django's cache below, so every web process shares the count.
+# 429 with Retry-After. Counted where every web process sees the same count (deliveries/rate_limits.py):
+# in Redis when DJANGO_CACHE_URL names one (Django's cache), else in the database.
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "6000/min")
-
-# Django's cache: Redis with DJANGO_CACHE_URL=redis://..., else a table in the database
-# (made by every `migrate`); either way one store for all processes.
 CACHE_URL = os.environ.get("DJANGO_CACHE_URL", "")
 if CACHE_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
-else:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-            "LOCATION": "django_cache",
-            "OPTIONS": {"MAX_ENTRIES": 100_000},
-        }
-    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

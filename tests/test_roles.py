@@ -199,3 +199,18 @@ def test_an_action_that_changes_nothing_leaves_no_audit_record(operator, drone):
 
     assert audit_trail() == [("operators-user", "drone", "grounded")]
     assert Delivery.objects.get(pk=delivery_id).status_reason == "cancelled_by_customer"
+
+
+def test_behind_a_proxy_one_client_s_failures_lock_out_that_client_only(settings):
+    settings.PROXY_COUNT = 1
+    User.objects.create_user("operator", password="right-password", is_staff=True)
+
+    def log_in(client_address: str, password: str, forged: str = "198.51.100.66"):
+        via_proxy = {"REMOTE_ADDR": "10.0.0.2", "HTTP_X_FORWARDED_FOR": f"{forged}, {client_address}"}
+        return Client().post("/admin/login/", {"username": "operator", "password": password}, **via_proxy)
+
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        log_in("203.0.113.7", "guess", forged=f"198.51.100.{_}")  # a forged first hop changes nothing
+
+    assert log_in("203.0.113.7", "right-password").status_code == 429
+    assert log_in("203.0.113.8", "right-password").status_code == 302
