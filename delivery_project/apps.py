@@ -16,6 +16,9 @@ class DeliveryProjectConfig(AppConfig):
     verbose_name = "Drone delivery"
 
     def ready(self):
+        from delivery_project.tracing import configure_tracing
+
+        configure_tracing()
         # This app has no models, so no post_migrate of its own: follow auth's, once per migrate.
         auth = apps.get_app_config("auth")
         post_migrate.connect(_roles_after_migrate, sender=auth, dispatch_uid="delivery_project.roles")

@@ -153,6 +153,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
                 "send_attempts": 0,
                 "resends": 0,
                 "recipients": [letter.subscriber],
+                "trace_context": envelope.trace_context(),  # the replay joins the delivery's trace
             },
         )
         _resolve(letter, DeadLetter.Status.REPLAYED, by=by, note=note)

@@ -23,8 +23,10 @@ from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.rate_limits import RateLimitExceeded
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
+from outbox import tracing
 from outbox.contracts import upcast
 from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter
 from outbox.envelope import Envelope
@@ -58,6 +60,21 @@ def _dispatch(subscriber: str, body: Any) -> str:
         record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_ENVELOPE, error=error)
         return "dead_lettered"
 
+    attributes = {
+        "subscriber": subscriber,
+        "message_id": str(envelope.message_id),
+        "messaging.event_type": envelope.type,
+        "correlation_id": str(envelope.correlation_id),
+    }
+    with tracing.following(
+        envelope.trace_context(), f"handle {envelope.type}", kind=SpanKind.CONSUMER, attributes=attributes
+    ) as span:
+        outcome = _dispatch_envelope(subscriber, body, envelope)
+        span.set_attribute("outcome", outcome)
+        return outcome
+
+
+def _dispatch_envelope(subscriber: str, body: Any, envelope: Envelope) -> str:
     sub = subscription(subscriber, envelope.type)
     try:
         _refuse_unacceptable(sub, subscriber, envelope)

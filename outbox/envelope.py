@@ -20,3 +20,9 @@ class Envelope(BaseModel):
     sequence: int = Field(ge=1)
     hops: int = Field(ge=0)
     payload: dict[str, Any]
+    # W3C trace context of the span that published it (outbox.tracing), when tracing is on.
+    traceparent: str | None = Field(None, max_length=55)
+    tracestate: str | None = Field(None, max_length=512)
+
+    def trace_context(self) -> dict[str, str]:
+        return {key: value for key in ("traceparent", "tracestate") if (value := getattr(self, key))}

@@ -33,6 +33,9 @@ class OutboxMessage(models.Model):
     # Who must receive it, decided when it was published (by the code that published it), so a
     # relay running other code (a rolling deploy) sends exactly these copies.
     recipients = models.JSONField(default=list, help_text="Subscribers decided at publish time.")
+    trace_context = models.JSONField(
+        default=dict, blank=True, help_text="W3C traceparent and tracestate of the publishing span, when tracing."
+    )
     # The redelivery sweep (outbox.sweep): when every recipient had acknowledged it, and, on a
     # copy for one subscriber, how many times the sweep sent it again.
     acknowledged_at = models.DateTimeField(null=True, blank=True)
@@ -74,6 +77,7 @@ class OutboxMessage(models.Model):
             "sequence": self.sequence,
             "hops": self.hops,
             "payload": self.payload,
+            **self.trace_context,
         }
 
 

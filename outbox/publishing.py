@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from outbox import wake_up
+from outbox import tracing, wake_up
 from outbox.contracts import Event
 from outbox.envelope import Envelope
 from outbox.models import OutboxMessage, Stream
@@ -55,19 +55,45 @@ def publish(
     now = timezone.now()
     correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
     same_story = cause is not None and cause.correlation_id == correlation_id
+    attributes = {"messaging.event_type": event.type, "correlation_id": str(correlation_id), "stream": stream}
+    with tracing.publishing(event.type, new_story=cause is not None and not same_story, attributes=attributes) as span:
+        row = _append(
+            event,
+            stream=stream,
+            correlation_id=correlation_id,
+            cause=cause,
+            same_story=same_story,
+            available_at=available_at or now,
+            using=using,
+        )
+        span.set_attribute("message_id", str(row.message_id))
+    return row
+
+
+def _append(
+    event: Event,
+    *,
+    stream: str,
+    correlation_id: UUID,
+    cause: Envelope | None,
+    same_story: bool,
+    available_at: datetime,
+    using: str,
+) -> OutboxMessage:
     row = OutboxMessage(
         type=event.type,
         version=event.version,
         source=event.source(),
-        occurred_at=available_at or now,
+        occurred_at=available_at,
         correlation_id=correlation_id,
         causation_id=cause.message_id if cause else None,
         hops=cause.hops + 1 if same_story else 0,
         stream=stream,
         sequence=0,
         payload=event.model_dump(mode="json"),
-        available_at=available_at or now,
+        available_at=available_at,
         recipients=subscribers_of(event.type),
+        trace_context=tracing.trace_context(),
     )
     size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES
     if size > limit:

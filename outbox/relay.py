@@ -13,6 +13,7 @@ and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter (`unse
 each subscriber it had not reached.
 """
 
+import contextlib
 import logging
 import threading
 import time
@@ -30,8 +31,9 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
+from opentelemetry.trace import SpanKind
 
-from outbox import wake_up
+from outbox import tracing, wake_up
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
@@ -137,14 +139,23 @@ class Relay:
         """Put the rows in flight; a row that cannot even be encoded is a suspect instead."""
         in_flight, suspects, batch = {}, [], []
         for row in rows:
-            try:
-                envelope = row.envelope()
-                batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
-                in_flight[row.id] = row
-            except Exception as error:
-                suspects.append(_SendFailed(row, error))
+            with self._span(row):
+                try:
+                    envelope = row.envelope()
+                    batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
+                    in_flight[row.id] = row
+                except Exception as error:
+                    suspects.append(_SendFailed(row, error))
         self.publisher.start(batch)
         return in_flight, suspects
+
+    @staticmethod
+    def _span(row: OutboxMessage):
+        """The relay's span of a row, child of its publishing span; none when the row was not traced."""
+        if not row.trace_context:
+            return contextlib.nullcontext()
+        attributes = {"message_id": str(row.message_id), "messaging.event_type": row.type}
+        return tracing.following(row.trace_context, f"relay {row.type}", kind=SpanKind.PRODUCER, attributes=attributes)
 
     def _settle(self, in_flight: dict[int, OutboxMessage], outcome: Outcome, suspects: list[_SendFailed]) -> int:
         """Mark the rows the broker confirmed; a refused row is a suspect, kept leased or set

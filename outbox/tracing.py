@@ -1,0 +1,52 @@
+"""Distributed tracing with OpenTelemetry: one delivery, one trace tree.
+
+The kernel uses only the OpenTelemetry API, which does nothing until a process configures the
+SDK (delivery_project/tracing.py, from the standard OTEL_* variables). `publish()` is a span
+and writes its W3C trace context (`traceparent`, `tracestate`) into the envelope; the relay's
+send and each handler are spans whose parent is that publishing span, so the chain of events
+across web, relay and worker processes reads as one tree, delayed events and replays included.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, Span, SpanKind
+
+tracer = trace.get_tracer("outbox")
+FIELDS = ("traceparent", "tracestate")
+
+
+def trace_context() -> dict[str, str]:
+    """The current span's W3C trace context, to travel in an envelope ({} when not tracing)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {key: value for key, value in carrier.items() if key in FIELDS}
+
+
+@contextmanager
+def publishing(event_type: str, *, new_story: bool, attributes: dict) -> Iterator[Span]:
+    """The span of one publish. An event that starts another story (a drone freed by one delivery
+    takes the next) starts a trace of its own, linked to the span that caused it."""
+    if new_story and trace.get_current_span().get_span_context().is_valid:
+        cause = trace.get_current_span().get_span_context()
+        span = tracer.start_as_current_span(
+            f"publish {event_type}",
+            context=otel_context.Context(),
+            kind=SpanKind.PRODUCER,
+            links=[Link(cause)],
+            attributes=attributes,
+        )
+    else:
+        span = tracer.start_as_current_span(f"publish {event_type}", kind=SpanKind.PRODUCER, attributes=attributes)
+    with span as current:
+        yield current
+
+
+@contextmanager
+def following(carrier: dict, name: str, *, kind: SpanKind, attributes: dict) -> Iterator[Span]:
+    """A span whose parent is the one that published the event (its trace context in `carrier`)."""
+    parent = propagate.extract({key: carrier[key] for key in FIELDS if carrier.get(key)})
+    with tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes) as span:
+        yield span

@@ -1,0 +1,84 @@
+"""One delivery, one trace tree (issue 11 §1): the POST that accepts it is the root, every event
+of its timeline is a publish span in that trace, and each handler's span is the child of the
+span that published the event it handles, across the real relay, broker and worker."""
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from opentelemetry import trace
+from opentelemetry.instrumentation.django import DjangoInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from drones.services import seed_fleet
+from outbox.models import InboxMessage, OutboxMessage
+from tests.conftest import wait_until
+from tests.deliveries.conftest import BASE, delivery_request
+
+pytestmark = pytest.mark.integration
+
+SPANS = InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracing():
+    """An SDK that keeps spans in memory (the global provider can be set once per process)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(SPANS))
+        trace.set_tracer_provider(provider)
+    DjangoInstrumentor().instrument()
+    SPANS.clear()
+    yield SPANS
+    DjangoInstrumentor().uninstrument()
+
+
+def test_one_delivery_is_one_trace_from_the_post_through_every_handler(tracing, system):
+    from tests.deliveries.conftest import Customer
+
+    seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
+    alice = Customer("alice")
+    client = Client(headers={"Authorization": f"Bearer {alice.token}"})
+
+    delivery_id = client.post("/api/deliveryrequests", delivery_request(), content_type="application/json").json()[
+        "deliveryId"
+    ]
+    wait_until(lambda: alice.get(f"/deliveries/{delivery_id}").json()["status"] == "delivered", what="delivered")
+
+    def every_relayed_event_handled() -> int:
+        relayed = OutboxMessage.objects.filter(correlation_id=delivery_id, published_at__isnull=False)
+        expected = sum(len(row.recipients) for row in relayed)
+        handled = InboxMessage.objects.filter(correlation_id=delivery_id).count()
+        due = OutboxMessage.objects.filter(
+            correlation_id=delivery_id, published_at__isnull=True, available_at__lte=timezone.now()
+        )
+        return handled if handled == expected and not due.exists() else 0
+
+    handled = wait_until(every_relayed_event_handled, what="every relayed event to be handled")
+    rows = list(OutboxMessage.objects.filter(correlation_id=delivery_id))
+
+    def trace_of_delivery_complete():
+        spans = tracing.get_finished_spans()
+        return len([s for s in spans if s.name.startswith("handle ")]) >= handled and spans
+
+    spans = wait_until(trace_of_delivery_complete, what="every handler span to end")
+    roots = [s for s in spans if s.parent is None and s.attributes.get("http.method", s.name).startswith("POST")]
+    assert len(roots) == 1, [s.name for s in spans if s.parent is None]
+    root = roots[0]
+    in_trace = [s for s in spans if s.context.trace_id == root.context.trace_id]
+    publishes = {s.attributes["message_id"]: s for s in in_trace if s.name.startswith("publish ")}
+    handlers = [s for s in in_trace if s.name.startswith("handle ")]
+
+    assert {str(row.message_id) for row in rows} <= set(publishes), "an event of the timeline has no span"
+    requested = next(row for row in rows if row.type == "delivery.requested")
+    assert publishes[str(requested.message_id)].parent.span_id == root.context.span_id
+    assert len(handlers) >= handled
+    print(f"{root.name}: {len(in_trace)} spans, {len(publishes)} events, {len(handlers)} handler runs")
+    for span in handlers:
+        publisher = publishes[span.attributes["message_id"]]
+        assert span.parent.span_id == publisher.context.span_id, span.name
+    relays = [s for s in in_trace if s.name.startswith("relay ")]
+    assert {s.attributes["message_id"] for s in relays} >= {str(r.message_id) for r in rows if r.published_at}
+    for row in rows:
+        assert row.trace_context["traceparent"].split("-")[1] == format(root.context.trace_id, "032x")
