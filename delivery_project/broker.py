@@ -19,6 +19,8 @@ MIDDLEWARE = [
     # Closes stale Django connections around every message; its AdminMiddleware is left out
     # on purpose (a database write per task event).
     "django_dramatiq.middleware.DbConnectionsMiddleware",
+    # Each worker process says every few seconds that it is alive and how much it has handled.
+    "outbox.heartbeats.WorkerHeartbeat",
 ]
 
 

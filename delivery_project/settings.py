@@ -176,6 +176,8 @@ OUTBOX_SUBSCRIBER_LIMITS: dict[str, dict[str, int]] = {}
 OUTBOX_LIMITS_REDIS_URL = os.environ.get("OUTBOX_LIMITS_REDIS_URL", "")
 # publish() refuses an event whose serialized envelope is larger (EventTooLarge), before writing.
 OUTBOX_MAX_EVENT_BYTES = int(os.environ.get("OUTBOX_MAX_EVENT_BYTES", str(64 * 1024)))
+# Relays and workers write a heartbeat this often; the messaging overview flags one silent for three.
+OUTBOX_HEARTBEAT_SECONDS = float(os.environ.get("OUTBOX_HEARTBEAT_SECONDS", "5"))
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))

@@ -1,6 +1,7 @@
 """The operators' console for messaging: dead letters to replay or discard, the outbox's health, timelines."""
 
 import json
+from datetime import timedelta
 from uuid import UUID
 
 from django.contrib import admin, messages
@@ -13,7 +14,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from outbox.dead_letters import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.heartbeats import silent, silent_since
+from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, StreamCursor
 from outbox.subscriptions import actor_name, queue_name, routing_table
 from outbox.timeline import correlation_timeline
 
@@ -118,6 +120,18 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
             "ordering": StreamCursor.objects.values("subscriber")
             .annotate(streams=Count("id"), gaps=Sum("gaps"), stale=Sum("stale"))
             .order_by("subscriber"),
+            "heartbeats": [
+                {
+                    "process": beat.process,
+                    "kind": beat.kind,
+                    "silent_for": silent_since(beat.last_seen),
+                    "silent": silent(beat.last_seen),
+                    "started_at": beat.started_at,
+                    "relayed": beat.relayed,
+                    "handled": beat.handled,
+                }
+                for beat in Heartbeat.objects.filter(last_seen__gte=now - timedelta(days=1)).order_by("kind", "process")
+            ],
             "dead": open_letters()
             .values("subscriber", "reason", "type")
             .annotate(count=Count("id"))

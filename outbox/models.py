@@ -166,3 +166,22 @@ class StreamCursor(models.Model):
 
     def __str__(self):
         return f"{self.subscriber} @ {self.stream}#{self.last_sequence}"
+
+
+class Heartbeat(models.Model):
+    """A relay or worker process saying it is alive, every few seconds, with what it has done:
+    an operator sees a dead relay at a glance in the messaging overview."""
+
+    class Kind(models.TextChoices):
+        RELAY = "relay"
+        WORKER = "worker"
+
+    process = models.CharField(max_length=200, unique=True, help_text="kind@host:pid")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+    relayed = models.PositiveBigIntegerField(default=0, help_text="Rows relayed since it started.")
+    handled = models.PositiveBigIntegerField(default=0, help_text="Messages handled since it started.")
+
+    def __str__(self):
+        return self.process

@@ -33,7 +33,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from opentelemetry.trace import SpanKind
 
-from outbox import tracing, wake_up
+from outbox import heartbeats, tracing, wake_up
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
@@ -78,6 +78,8 @@ class Relay:
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
         self.next_sweep = 0.0  # monotonic time of the next redelivery sweep
+        self.next_beat = 0.0  # monotonic time of the next heartbeat
+        self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
         self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
         if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
             self.publisher = PipelinedPublisher(self.broker)
@@ -314,6 +316,11 @@ class Relay:
                     if not once and time.monotonic() >= self.next_sweep:
                         self.next_sweep = time.monotonic() + settings.OUTBOX_SWEEP_INTERVAL_SECONDS
                         sweep_unacknowledged()
+                    if not once and time.monotonic() >= self.next_beat:
+                        self.next_beat = time.monotonic() + heartbeats.interval()
+                        heartbeats.beat(
+                            process=self.process, kind="relay", started_at=self.started_at, relayed=self.relayed
+                        )
                     if on_progress:
                         on_progress(self)
                     if once:

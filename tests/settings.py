@@ -30,6 +30,7 @@ OUTBOX_MIN_BACKOFF_MS = 20
 OUTBOX_MAX_BACKOFF_MS = 200
 OUTBOX_MAX_HOPS = 8
 OUTBOX_RELAY_POLL_SECONDS = 0.2
+OUTBOX_HEARTBEAT_SECONDS = 0.5
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Flights land at once, with few reports, so the choreography runs at test speed.

@@ -1,0 +1,78 @@
+"""Relays and workers write a heartbeat (outbox.models.Heartbeat) every OUTBOX_HEARTBEAT_SECONDS, so the
+messaging overview shows which are alive, when each was last seen and what it has done."""
+
+import logging
+import os
+import socket
+import threading
+
+import dramatiq
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+
+def interval() -> float:
+    return settings.OUTBOX_HEARTBEAT_SECONDS
+
+
+def silent(last_seen) -> bool:
+    """Not seen for three beats: dead, paused, or cut off from the database."""
+    return silent_since(last_seen) > 3 * interval()
+
+
+def process_name(kind: str) -> str:
+    return f"{kind}@{socket.gethostname()}:{os.getpid()}"
+
+
+def beat(*, process: str, kind: str, started_at, relayed: int = 0, handled: int = 0) -> None:
+    from outbox.models import Heartbeat  # the broker's middleware loads before Django's apps
+
+    Heartbeat.objects.update_or_create(
+        process=process,
+        defaults={
+            "kind": kind,
+            "started_at": started_at,
+            "last_seen": timezone.now(),
+            "relayed": relayed,
+            "handled": handled,
+        },
+    )
+
+
+class WorkerHeartbeat(dramatiq.Middleware):
+    """Dramatiq middleware: each worker process counts the messages it handled and beats from a
+    thread of its own."""
+
+    def __init__(self):
+        self.handled = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()  # a new one each boot: an old beat thread never outlives its worker
+
+    def after_process_message(self, broker, message, *, result=None, exception=None):
+        with self._lock:
+            self.handled += 1
+
+    def after_worker_boot(self, broker, worker):
+        self._stop = threading.Event()
+        threading.Thread(target=self._beat, args=(self._stop,), daemon=True, name="heartbeat").start()
+
+    def before_worker_shutdown(self, broker, worker):
+        self._stop.set()
+
+    def _beat(self, stop: threading.Event) -> None:
+        process, started_at = process_name("worker"), timezone.now()
+        while not stop.is_set():
+            try:
+                beat(process=process, kind="worker", started_at=started_at, handled=self.handled)
+            except Exception as error:  # the database may be away: the next beat tries again
+                logger.debug("worker heartbeat not written: %s", error)
+                close_old_connections()
+            stop.wait(interval())
+        connection.close()
+
+
+def silent_since(last_seen) -> float:
+    return (timezone.now() - last_seen).total_seconds()

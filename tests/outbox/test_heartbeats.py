@@ -1,0 +1,35 @@
+"""Heartbeats (issue 11 §4): the relay and every worker process say they are alive and what they
+did; the messaging overview shows them, and a silent one stands out."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from drones.services import seed_fleet
+from outbox.models import Heartbeat
+from tests.conftest import wait_until
+from tests.deliveries.conftest import BASE, Customer
+
+pytestmark = pytest.mark.integration
+
+
+def test_relay_and_worker_beat_and_the_overview_shows_them_and_a_silent_one(system, admin_client):
+    seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
+    Customer("alice").request()
+
+    def both_beat_with_work_done():
+        relay = Heartbeat.objects.filter(kind="relay", relayed__gt=0).first()
+        worker = Heartbeat.objects.filter(kind="worker", handled__gt=0).first()
+        return relay and worker and (relay, worker)
+
+    relay, worker = wait_until(both_beat_with_work_done, timeout=30, what="a relay and a worker heartbeat with work")
+    page = admin_client.get("/admin/outbox/outboxmessage/overview/").content.decode()
+    assert relay.process in page and worker.process in page and "silent for" not in page
+
+    Heartbeat.objects.filter(pk=relay.pk).update(last_seen=timezone.now() - timedelta(minutes=5))
+    Heartbeat.objects.filter(pk=worker.pk).update(last_seen=timezone.now() - timedelta(days=2))
+    page = admin_client.get("/admin/outbox/outboxmessage/overview/").content.decode()
+
+    assert "silent for 300 s" in page or "silent for 301 s" in page  # five minutes: flagged
+    assert worker.process not in page  # gone for a day: no longer listed
