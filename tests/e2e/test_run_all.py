@@ -92,6 +92,12 @@ def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_c
         assert listed == [200] * 160
         # Every delivery request sets the choreography going in the workers' 16 threads meanwhile.
         wait_until(lambda: delivery_requests_handled() == 160, timeout=60, what="the workers to handle all 160")
+        # The web's /metrics sums the counters of every child (multiprocess mode): the relay's
+        # sends and the worker processes' handling, which happened in processes other than the web.
+        relayed, handled = wait_until(
+            lambda: counted(port, 160), timeout=30, what="/metrics to count the relay's and workers' work"
+        )
+        assert relayed >= 160 and handled >= 160
     finally:
         sampler.stop.set()
         # Ctrl-C even when an assertion failed: run_all stops its children, which a kill would orphan.
@@ -129,3 +135,25 @@ def post_delivery_request(port: int, token: str) -> int | None:
 
 def delivery_requests_handled() -> int:
     return InboxMessage.objects.filter(subscriber="packages", type="delivery.requested").count()
+
+
+def counted(port: int, at_least: int) -> tuple[float, float] | None:
+    """delivery.requested relayed, and handled by the drones context, as the web's /metrics sums them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    relayed = handled = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "outbox_relayed_events_total" and labels.get("event_type") == "delivery.requested":
+                relayed += sample.value
+            if (
+                sample.name == "outbox_handled_messages_total"
+                and labels.get("subscriber") == "drones"
+                and labels.get("event_type") == "delivery.requested"
+                and labels.get("outcome") == "processed"
+            ):
+                handled += sample.value
+    return (relayed, handled) if relayed >= at_least and handled >= at_least else None

@@ -1,4 +1,5 @@
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,12 +42,14 @@ class Command(BaseCommand):
             **{f"relay-{i + 1}": [*manage, "relay_outbox"] for i in range(relays)},
             "workers": [*manage, "rundramatiq", "--processes", str(processes), "--threads", str(threads)],
         }
+        # Every child writes its metrics to one fresh directory, so the web's /metrics sums them all.
+        shared = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self._fresh_metrics_directory()}
         # runserver handles each request on a thread of its own: a persistent connection would outlive it.
-        env = {"web": {**os.environ, "DJANGO_CONN_MAX_AGE": "0"}}
+        env = {name: shared for name in commands} | {"web": {**shared, "DJANGO_CONN_MAX_AGE": "0"}}
         if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
             # Dramatiq's Redis consumer polls an empty queue with a backoff that grows to the
             # worker timeout (1 s): every hop of a quiet system would wait for it. RabbitMQ pushes.
-            env["workers"] = {"dramatiq_worker_timeout": "100", **os.environ}
+            env["workers"] = {"dramatiq_worker_timeout": "100", **shared}
         # Own sessions: a terminal's Ctrl-C reaches only this command, which stops each child once.
         children = {
             name: subprocess.Popen(cmd, start_new_session=True, env=env.get(name)) for name, cmd in commands.items()
@@ -74,3 +77,13 @@ class Command(BaseCommand):
                 child.kill()
         if exited:
             sys.exit(1)
+
+    @staticmethod
+    def _fresh_metrics_directory() -> str:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        else:
+            directory = Path(settings.VAR_DIR) / "metrics"
+        shutil.rmtree(directory, ignore_errors=True)  # counters of earlier runs would add up
+        directory.mkdir(parents=True)
+        return str(directory)
