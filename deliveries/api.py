@@ -16,6 +16,7 @@ from deliveries import rescheduling, selectors, services
 from deliveries.models import Customer, Delivery
 from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.schemas import (
+    ConfirmationIn,
     DeliveryAccepted,
     DeliveryOut,
     DeliveryPage,
@@ -60,6 +61,7 @@ api = NinjaAPI(
 ERRORS = {
     400: ErrorOut,
     401: ErrorOut,
+    403: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
     413: ErrorOut,
@@ -191,6 +193,7 @@ def _delivery(delivery: Delivery) -> dict:
         "pickup_eta": delivery.pickup_eta,
         "waiting_since": delivery.waiting_since,
         "drone_scheduled_at": delivery.drone_scheduled_at,
+        "confirmation_token": delivery.confirmation_token or None,
         "created_at": delivery.created_at,
         "updated_at": delivery.updated_at,
     }
@@ -209,7 +212,14 @@ def _status(delivery: Delivery) -> dict:
 def _links_to_the_delivery() -> dict:
     """OpenAPI links: the accepted delivery's id feeds every operation on it, so clients and
     tools that follow links (schemathesis's stateful phase among them) can chain the calls."""
-    operations = ["get_delivery", "get_status", "get_timeline", "reschedule_delivery", "cancel_delivery"]
+    operations = [
+        "get_delivery",
+        "get_status",
+        "get_timeline",
+        "reschedule_delivery",
+        "cancel_delivery",
+        "confirm_delivery",
+    ]
     return {
         "responses": {
             "202": {
@@ -336,3 +346,29 @@ def cancel_delivery(request, delivery_id: UUID):
     except services.TooLate as error:
         return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
     return Status(202, _status(delivery))
+
+
+@api.post(
+    "/deliveries/{delivery_id}/confirmations",
+    response={200: DeliveryOut, **ERRORS},
+    by_alias=True,
+    summary="Confirm a delivery awaiting confirmation with its task token (proof of delivery)",
+)
+def confirm_delivery(request, delivery_id: UUID, payload: ConfirmationIn):
+    _own(request, delivery_id)
+    confirmation = services.Confirmation(
+        token=payload.token,
+        confirmation_type=payload.confirmation_type,
+        date_time=payload.date_time,
+        geo_coordinates=payload.geo_coordinates.model_dump() if payload.geo_coordinates else None,
+        confirmation_blob=payload.confirmation_blob,
+    )
+    try:
+        delivery = services.confirm_delivery(delivery_id=delivery_id, customer=request.auth, confirmation=confirmation)
+    except services.TooLate as error:
+        return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
+    except services.WrongToken as error:
+        return Status(403, {"detail": str(error), "errors": [{"field": "token", "message": str(error)}]})
+    except services.WrongConfirmationType as error:
+        return Status(422, {"detail": str(error), "errors": [{"field": "confirmationType", "message": str(error)}]})
+    return Status(200, _delivery(delivery))

@@ -76,6 +76,26 @@ class DeliveryCompleted(Event):
     drone_id: UUID
 
 
+class DeliveryConfirmationRequested(Event):
+    """The drone is at the drop-off; the delivery waits for the recipient's confirmation. Only the
+    task token's id travels: the token itself stays in the deliveries context."""
+
+    type = "delivery.confirmation_requested"
+    version = 1
+    delivery_id: UUID
+    token_id: UUID
+    confirmation_type: str
+
+
+class DeliveryConfirmationTimedOut(Event):
+    """Timer: published for DELIVERY_CONFIRMATION_TIMEOUT_SECONDS after the token was issued."""
+
+    type = "delivery.confirmation_timed_out"
+    version = 1
+    delivery_id: UUID
+    token_id: UUID
+
+
 class DeliveryFailed(Event):
     """`reason`: the upstream reason code (too_heavy, no_drone_available, ...)."""
 

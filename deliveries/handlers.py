@@ -105,6 +105,21 @@ def on_drone_released(message: Received[AboutDelivery]) -> None:
     services.record_compensation(delivery_id=message.payload.delivery_id, done="drone_released")
 
 
+@subscribe("deliveries", "drone.package_returned", reader=AboutDelivery)
+def on_package_returned(message: Received[AboutDelivery]) -> None:
+    services.record_compensation(delivery_id=message.payload.delivery_id, done="package_returned")
+
+
+class ConfirmationTimer(Reader):
+    delivery_id: UUID
+    token_id: UUID
+
+
+@subscribe("deliveries", "delivery.confirmation_timed_out", reader=ConfirmationTimer)
+def on_confirmation_timed_out(message: Received[ConfirmationTimer]) -> None:
+    services.confirmation_timed_out(delivery_id=message.payload.delivery_id, token_id=message.payload.token_id)
+
+
 @subscribe("deliveries", "package.cancelled", reader=AboutDelivery)
 def on_package_cancelled(message: Received[AboutDelivery]) -> None:
     services.record_compensation(delivery_id=message.payload.delivery_id, done="package_cancelled")

@@ -54,6 +54,7 @@ class Delivery(models.Model):
         WAITING_FOR_DRONE = "waiting_for_drone"
         SCHEDULED = "scheduled"
         IN_TRANSIT = "in_transit"
+        AWAITING_CONFIRMATION = "awaiting_confirmation"
         DELIVERED = "delivered"
         FAILED = "failed"
         CANCELLED = "cancelled"
@@ -63,7 +64,7 @@ class Delivery(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="deliveries")
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.REQUESTED, db_index=True)
+    status = models.CharField(max_length=30, choices=Status.choices, default=Status.REQUESTED, db_index=True)
     status_reason = models.CharField(max_length=100, blank=True)
     pickup_location = models.JSONField()
     dropoff_location = models.JSONField()
@@ -86,6 +87,11 @@ class Delivery(models.Model):
     drone_scheduled_at = models.DateTimeField(null=True, blank=True)
     last_known_location = models.JSONField(null=True, blank=True)
     compensations = models.JSONField(default=list, blank=True, help_text="Compensations reported done.")
+    # Proof of delivery: a task token issued when the drone arrives, single-use, bound to this
+    # delivery and its confirmation type; only its id ever leaves the context in an event.
+    confirmation_token_id = models.UUIDField(null=True, blank=True)
+    confirmation_token = models.CharField(max_length=64, blank=True)
+    confirmation = models.JSONField(null=True, blank=True, help_text="The confirmation that completed it.")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)
     first_answer = models.JSONField(null=True, blank=True, help_text="The 202 body, answered again for a repeat.")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -168,6 +168,16 @@ class DeliveryRescheduleIn(RequestSchema):
         return self
 
 
+class ConfirmationIn(RequestSchema):
+    """Proof of delivery: the Fabrikam confirmation, plus the task token the delivery was given."""
+
+    token: str = Field(min_length=1, max_length=64, description="The confirmationToken of the delivery.")
+    confirmation_type: Literal["FingerPrint", "Picture", "Voice"]
+    date_time: Timestamp = Field(description="When it was confirmed (ISO 8601).")
+    geo_coordinates: LocationIn = None
+    confirmation_blob: str = Field(None, max_length=48_000, description="The fingerprint, picture or voice, encoded.")
+
+
 class DeliveryAccepted(CamelSchema):
     delivery_id: UUID
     status: str
@@ -189,6 +199,10 @@ class DeliveryOut(DeliveryAccepted):
     )
     waiting_since: datetime | None = Field(description="When it first joined the drones' waiting line")
     drone_scheduled_at: datetime | None = Field(description="When its drone was reserved")
+    confirmation_token: str | None = Field(
+        None,
+        description="While awaiting_confirmation: the task token to send back with the confirmation (single-use)",
+    )
     created_at: datetime
     updated_at: datetime
 

@@ -234,10 +234,30 @@ DELIVERY_MAX_WAIT_SECONDS = float(os.environ.get("DELIVERY_MAX_WAIT_SECONDS", "7
 # A delivery in transit this long past its ETA is overdue: its arrival or its drone's reports
 # never came. Operators see it in the admin's "overdue deliveries" list.
 DELIVERY_OVERDUE_AFTER_SECONDS = float(os.environ.get("DELIVERY_OVERDUE_AFTER_SECONDS", "900"))
+# A delivery that asks for a confirmation (confirmationRequired) waits this long after the drone
+# arrives for its task token to come back; then it fails (confirmation_timeout) and the drone takes
+# the package back.
+DELIVERY_CONFIRMATION_TIMEOUT_SECONDS = float(os.environ.get("DELIVERY_CONFIRMATION_TIMEOUT_SECONDS", "600"))
 # A pickupTime in the past by more than this is refused (422); within it, it means "now".
 DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS = float(os.environ.get("DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS", "300"))
 # How far ahead a pickup time or a deadline may be: a booking, not a date a database cannot hold.
 DELIVERY_BOOKING_HORIZON_DAYS = float(os.environ.get("DELIVERY_BOOKING_HORIZON_DAYS", "90"))
+
+# Notifications: e-mail through Django's e-mail framework; on the console in development, over
+# SMTP in production (DJANGO_EMAIL_HOST and friends); tests use locmem. SMS through a callable
+# (to=, text=) named by NOTIFICATIONS_SMS_SENDER; the default only logs.
+EMAIL_BACKEND = os.environ.get(
+    "DJANGO_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = os.environ.get("DJANGO_EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("DJANGO_EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("DJANGO_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("DJANGO_EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _flag("DJANGO_EMAIL_USE_TLS", True)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "deliveries@localhost")
+NOTIFICATIONS_SMS_SENDER = os.environ.get("NOTIFICATIONS_SMS_SENDER", "notifications.services.log_sms")
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}

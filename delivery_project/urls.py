@@ -4,6 +4,9 @@ from django.urls import path, re_path
 from deliveries.api import api, unknown_path
 from delivery_project.health import healthz, readyz
 from delivery_project.metrics import metrics
+from delivery_project.notify_me import router as notify_me
+
+api.add_router("/", notify_me)
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

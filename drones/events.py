@@ -79,6 +79,17 @@ class DroneReleased(Event):
     reason: str
 
 
+class DronePackageReturned(Event):
+    """Compensation: the delivery failed with the drone at the drop-off (no confirmation came), so
+    it takes the package back with it."""
+
+    type = "drone.package_returned"
+    version = 1
+    delivery_id: UUID
+    drone_id: UUID
+    reason: str
+
+
 class DroneGrounded(Event):
     """An operator took the drone out of service (maintenance)."""
 

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from drones import scheduling
-from drones.events import DroneGrounded, DroneReturnedToService
+from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToService
 from drones.flights import take_off
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
@@ -181,6 +181,14 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
         if created or assignment.status in (Assignment.Status.RELEASED, Assignment.Status.REFUSED):
             return assignment
         drone = None
+        flying = assignment.drone_id is not None and assignment.status == Assignment.Status.FLYING
+        if flying and reason != "delivered":
+            # It failed with the drone at the drop-off (no confirmation came): the package goes back with it.
+            publish(
+                DronePackageReturned(delivery_id=delivery_id, drone_id=assignment.drone_id, reason=reason),
+                stream=f"drone:{assignment.drone_id}",
+                correlation_id=delivery_id,
+            )
         if assignment.drone_id is not None and assignment.status in (
             Assignment.Status.RESERVED,
             Assignment.Status.FLYING,

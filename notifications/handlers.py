@@ -18,6 +18,11 @@ def on_dispatched(message: Received[DeliveryEvent]) -> None:
     notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.DISPATCHED)
 
 
+@subscribe("notifications", "delivery.confirmation_requested", reader=DeliveryEvent)
+def on_confirmation_requested(message: Received[DeliveryEvent]) -> None:
+    notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.CONFIRMATION_REQUESTED)
+
+
 @subscribe("notifications", "delivery.completed", reader=DeliveryEvent)
 def on_completed(message: Received[DeliveryEvent]) -> None:
     notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.COMPLETED)

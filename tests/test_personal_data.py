@@ -23,6 +23,7 @@ FREE_TEXT_ALLOWED = {
     "reason": "a reason code chosen by the publishing context (too_heavy, fleet_busy, ...)",
     "size": "a size class, Small, Medium or Large",
     "confirmation_required": "a kind of confirmation, None, FingerPrint, Picture or Voice",
+    "confirmation_type": "the same kind, in the confirmation request (the task token itself never travels)",
     "tag": "the customer's package label: bounded and documented as not for personal data",
 }
 

@@ -1,0 +1,133 @@
+"""Proof of delivery with a task token (issue 12 §1): a delivery that asks for a confirmation waits
+for its single-use token when the drone arrives; without it in time it fails and the drone takes
+the package back."""
+
+import json
+from uuid import UUID
+
+import pytest
+
+from deliveries.models import Delivery
+from drones.models import Drone
+from outbox.models import OutboxMessage
+from packages.models import Package
+from tests.deliveries.conftest import delivery_request
+
+
+def requested(customer, kind: str = "FingerPrint") -> UUID:
+    response = customer.request(delivery_request(confirmationRequired=kind))
+    assert response.status_code == 202, response.content
+    return UUID(response.json()["deliveryId"])
+
+
+def at_the_drop_off(customer, choreography, kind: str = "FingerPrint") -> UUID:
+    delivery_id = requested(customer, kind)
+    choreography.settle(delivery_id, hold=("delivery.confirmation_timed_out",))
+    assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
+    return delivery_id
+
+
+def confirm(customer, delivery_id, **overrides):
+    body = {
+        "token": customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"],
+        "confirmationType": "FingerPrint",
+        "dateTime": "2026-11-30T12:00:00Z",
+        "geoCoordinates": {"latitude": 47.6, "longitude": -122.3},
+        "confirmationBlob": "bWludXRpYWU=",
+        **overrides,
+    }
+    return customer.client.post(
+        f"/api/deliveries/{delivery_id}/confirmations", json.dumps(body), content_type="application/json"
+    )
+
+
+def published(delivery_id, type: str) -> list[OutboxMessage]:
+    return list(OutboxMessage.objects.filter(correlation_id=delivery_id, type=type))
+
+
+def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+    delivery = Delivery.objects.get(id=delivery_id)
+    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+    assert token == delivery.confirmation_token and len(token) >= 40
+    (asked,) = published(delivery_id, "delivery.confirmation_requested")
+    assert asked.payload == {
+        "delivery_id": str(delivery_id),
+        "token_id": str(delivery.confirmation_token_id),
+        "confirmation_type": "FingerPrint",
+    }
+    assert not OutboxMessage.objects.filter(payload__icontains=token).exists()
+    assert not [row for row in OutboxMessage.objects.all() if token in json.dumps(row.envelope())]
+    assert Drone.objects.filter(status="in_flight").count() == 1  # it waits at the drop-off
+
+    response = confirm(customer, delivery_id)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "delivered" and response.json()["confirmationToken"] is None
+    assert len(published(delivery_id, "delivery.completed")) == 1
+    choreography.settle(delivery_id, hold=("delivery.confirmation_timed_out",))
+    assert Drone.objects.filter(status="available").count() == 3
+    assert Package.objects.get(delivery_id=delivery_id).status == "delivered"
+    assert Delivery.objects.get(id=delivery_id).confirmation["type"] == "FingerPrint"
+
+
+def test_a_wrong_token_changes_nothing_and_a_used_one_opens_nothing_again(customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+
+    wrong = confirm(customer, delivery_id, token="x" * 43)
+    assert wrong.status_code == 403 and wrong.json()["errors"][0]["field"] == "token"
+    assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
+    assert confirm(customer, delivery_id, token=token).status_code == 200
+
+    reused = confirm(customer, delivery_id, token=token)
+    assert reused.status_code == 409 and reused.json()["errors"][0]["field"] == "status"
+    assert len(published(delivery_id, "delivery.completed")) == 1
+
+
+def test_a_wrong_confirmation_type_is_422_and_changes_nothing(customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+
+    response = confirm(customer, delivery_id, confirmationType="Voice")
+
+    assert response.status_code == 422 and response.json()["errors"][0]["field"] == "confirmationType"
+    assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
+
+
+def test_another_customer_cannot_confirm(customer, other_customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+
+    response = other_customer.client.post(
+        f"/api/deliveries/{delivery_id}/confirmations",
+        json.dumps({"token": token, "confirmationType": "FingerPrint", "dateTime": "2026-11-30T12:00:00Z"}),
+        content_type="application/json",
+    )
+
+    assert response.status_code == 404
+    assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
+
+
+def test_no_confirmation_in_time_fails_it_and_the_drone_brings_the_package_back(customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+
+    choreography.deliver("delivery.confirmation_timed_out", delivery_id)
+    choreography.settle(delivery_id)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "confirmation_timeout")
+    (returned,) = published(delivery_id, "drone.package_returned")
+    assert returned.payload["reason"] == "confirmation_timeout"
+    assert "package_returned" in delivery.compensations and "drone_released" in delivery.compensations
+    assert Drone.objects.filter(status="available").count() == 3
+    assert confirm(customer, delivery_id, token=token).status_code == 409
+
+
+@pytest.mark.parametrize("kind", ["None"])
+def test_a_delivery_without_confirmation_is_delivered_on_arrival_as_before(customer, fleet, choreography, kind):
+    delivery_id = requested(customer, kind)
+    choreography.settle(delivery_id)
+
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+    assert not published(delivery_id, "delivery.confirmation_requested")

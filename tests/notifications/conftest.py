@@ -1,0 +1,1 @@
+from tests.deliveries.conftest import choreography, customer, fleet, other_customer  # noqa: F401

@@ -1,0 +1,118 @@
+"""Notify-me requests (issue 12 §2): validated, kept in the notifications context, sent once per
+request, kind and channel through Django's e-mail framework and a pluggable SMS sender."""
+
+import json
+from uuid import UUID
+
+import pytest
+from django.core import mail
+
+from notifications.models import NotifyMeRequest, SentMessage
+from outbox.dispatch import dispatch
+from outbox.models import DeadLetter, OutboxMessage
+from tests.deliveries.conftest import delivery_request
+
+EMAIL, PHONE = "alice@example.com", "+14255550123"
+SENT_SMS: list[tuple[str, str]] = []
+
+
+def record_sms(*, to: str, text: str) -> None:
+    SENT_SMS.append((to, text))
+
+
+@pytest.fixture(autouse=True)
+def sms(settings):
+    settings.NOTIFICATIONS_SMS_SENDER = "tests.notifications.test_notify_me.record_sms"
+    SENT_SMS.clear()
+    return SENT_SMS
+
+
+def ask(customer, delivery_id, body: dict):
+    return customer.client.post(
+        f"/api/deliveries/{delivery_id}/notifymerequests", json.dumps(body), content_type="application/json"
+    )
+
+
+def requested(customer) -> UUID:
+    return UUID(customer.request(delivery_request()).json()["deliveryId"])
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "body"),
+        ({"emailAddress": "not an address"}, "emailAddress"),
+        ({"sms": "12345"}, "sms"),
+        ({"emailAddress": EMAIL, "fax": "1"}, "fax"),
+        ({"emailAddress": None}, "emailAddress"),
+    ],
+)
+def test_a_request_needs_a_valid_address_or_number(customer, body, field):
+    delivery_id = requested(customer)
+
+    response = ask(customer, delivery_id, body)
+
+    assert response.status_code == 422, response.content
+    assert field in [error["field"] for error in response.json()["errors"]]
+    assert not NotifyMeRequest.objects.exists()
+
+
+def test_only_the_owner_may_ask(customer, other_customer):
+    delivery_id = requested(customer)
+
+    assert ask(other_customer, delivery_id, {"emailAddress": EMAIL}).status_code == 404
+    assert not NotifyMeRequest.objects.exists()
+
+
+def test_each_status_change_is_sent_once_per_kind_even_when_an_event_comes_twice(customer, fleet, choreography, sms):
+    delivery_id = requested(customer)
+    response = ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
+    assert response.status_code == 201, response.content
+    assert response.json()["emailAddress"] == EMAIL and response.json()["deliveryId"] == str(delivery_id)
+
+    choreography.settle(delivery_id)
+    completed = OutboxMessage.objects.get(type="delivery.completed", correlation_id=delivery_id)
+    dispatch(subscriber="notifications", body=completed.envelope())  # delivered twice
+
+    assert [(m.to, m.subject) for m in mail.outbox] == [
+        ([EMAIL], f"Delivery {delivery_id}: dispatched"),
+        ([EMAIL], f"Delivery {delivery_id}: completed"),
+    ]
+    assert mail.outbox[1].body == "Your package has been delivered."
+    assert sms == [(PHONE, "Your package is on its way."), (PHONE, "Your package has been delivered.")]
+    assert SentMessage.objects.count() == 4
+
+
+def test_no_address_or_number_ever_travels_in_an_event(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
+
+    choreography.settle(delivery_id)
+
+    envelopes = [json.dumps(row.envelope()) for row in OutboxMessage.objects.all()]
+    assert len(envelopes) > 5
+    assert not [e for e in envelopes if EMAIL in e or PHONE in e]
+
+
+class FailingBackend:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def send_messages(self, messages):
+        raise ConnectionRefusedError("the SMTP server is down")
+
+
+def test_a_failed_send_is_a_handler_failure_and_nothing_counts_as_sent(customer, fleet, choreography, settings):
+    delivery_id = requested(customer)
+    ask(customer, delivery_id, {"emailAddress": EMAIL})
+    settings.EMAIL_BACKEND = "tests.notifications.test_notify_me.FailingBackend"
+
+    choreography.deliver("delivery.requested", delivery_id)
+    choreography.deliver("drone.scheduled", delivery_id)
+    choreography.deliver("package.ready", delivery_id)
+    dispatched = OutboxMessage.objects.get(type="delivery.dispatched", correlation_id=delivery_id)
+    choreography.hand_over(dispatched, only="notifications", dead_letter_expected=True)
+
+    letter = DeadLetter.objects.get(subscriber="notifications")
+    assert letter.reason == "handler_error" and "SMTP server is down" in letter.error
+    assert not SentMessage.objects.exists()  # rolled back with the failure: a replay sends it
