@@ -24,9 +24,11 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from deliveries.models import Delivery
+from delivery_project.simulation import Api
 from drones.models import Drone
 from notifications.models import Notification
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
@@ -78,6 +80,8 @@ def chaos_env(*, database_url: str, queue_prefix: str, speedup: float) -> dict[s
         "DJANGO_DEBUG": "0",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "DJANGO_SECURE_SSL_REDIRECT": "0",  # plain HTTP on localhost
+        # Deliveries left unconfirmed fail soon, and their drones bring the packages back.
+        "DELIVERY_CONFIRMATION_TIMEOUT_SECONDS": "10",
         # A message the broker lost is re-sent a minute after it was sent, not 15.
         "OUTBOX_SWEEP_GRACE_SECONDS": "60",
         "OUTBOX_SWEEP_INTERVAL_SECONDS": "10",
@@ -213,6 +217,18 @@ class Ledger:
         due = OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=self.as_of).count()
         if due:
             self.violations.append(f"{due} outbox rows due and never relayed")
+        returned = set(
+            OutboxMessage.objects.filter(type="drone.package_returned").values_list("correlation_id", flat=True)
+        )
+        for delivery in deliveries.values():
+            if (
+                delivery.status == "delivered"
+                and delivery.confirmation_required != "None"
+                and not delivery.confirmation
+            ):
+                self.violations.append(f"delivery {delivery.id} delivered without its confirmation")
+            if delivery.status_reason == "confirmation_timeout" and delivery.id not in returned:
+                self.violations.append(f"delivery {delivery.id} timed out but its package was not returned")
         notified = set(Notification.objects.values_list("delivery_id", "kind"))
         for delivery in deliveries.values():
             kind = NOTIFIED.get(delivery.status)
@@ -255,3 +271,41 @@ class Ledger:
             delivery = deliveries.get(str(drone.delivery_id))
             if delivery is not None and delivery.status in TERMINAL:
                 self.violations.append(f"drone {drone.name} still held ({drone.status}) for {delivery.status} delivery")
+
+
+class Recipient(threading.Thread):
+    """The people at the drop-offs: of the deliveries awaiting a confirmation, it confirms every
+    other one through the API with its task token and leaves the rest to time out."""
+
+    def __init__(self, api: Api, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.api, self.stop, self.done = api, stop, threading.Event()
+        self.confirmed: set[str] = set()
+        self.left: set[str] = set()
+
+    def run(self) -> None:
+        try:
+            while not (self.stop.is_set() or self.done.wait(0.5)):
+                awaiting = Delivery.objects.filter(status=Delivery.Status.AWAITING_CONFIRMATION)
+                for delivery_id in map(str, awaiting.values_list("id", flat=True)):
+                    if delivery_id in self.confirmed or delivery_id in self.left:
+                        continue
+                    if int(delivery_id[-1], 16) % 2:
+                        self.left.add(delivery_id)
+                    elif self._confirm(delivery_id):
+                        self.confirmed.add(delivery_id)
+        finally:
+            connection.close()
+
+    def _confirm(self, delivery_id: str) -> bool:
+        try:
+            _, delivery = self.api.call("GET", f"/deliveries/{delivery_id}")
+            body = {
+                "token": delivery["confirmationToken"],
+                "confirmationType": "FingerPrint",
+                "dateTime": timezone.now().isoformat(),
+            }
+            status, _ = self.api.call("POST", f"/deliveries/{delivery_id}/confirmations", body)
+        except (OSError, KeyError, TypeError):
+            return False  # tried again on the next round
+        return status == 200

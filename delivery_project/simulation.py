@@ -66,8 +66,11 @@ def _json(body: bytes) -> dict:
         return {"detail": body[:300].decode(errors="replace")}
 
 
-def random_request(rng: random.Random, *, latitude: float, longitude: float, radius_km: float) -> dict:
-    """A customer's request; its times are set when it is sent (`stamped`)."""
+def random_request(
+    rng: random.Random, *, latitude: float, longitude: float, radius_km: float, confirmation_share: float = 0.0
+) -> dict:
+    """A customer's request; its times are set when it is sent (`stamped`). A `confirmation_share`
+    of them ask for a confirmation (proof of delivery)."""
 
     def near() -> dict:
         return {
@@ -78,11 +81,13 @@ def random_request(rng: random.Random, *, latitude: float, longitude: float, rad
 
     weight = round(rng.uniform(0.2, 6.0), 2)  # a few are too heavy for their size class
     size = "Small" if weight <= 2 else "Medium" if weight <= 4.5 else rng.choice(["Medium", "Large"])
+    # Drawn only when asked for, so that the other requests of a seed stay what they were.
+    confirmed = confirmation_share > 0 and rng.random() < confirmation_share
     return {
         "pickupLocation": near(),
         "dropOffLocation": near(),
         "expedited": rng.random() < 0.2,
-        "confirmationRequired": "None",
+        "confirmationRequired": "FingerPrint" if confirmed else "None",
         "packageInfo": {"packageId": str(uuid4()), "size": size, "weight": weight, "tag": "simulated"},
     }
 

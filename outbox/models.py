@@ -3,6 +3,7 @@
 import uuid
 
 from django.db import models
+from django.db.models import Value
 from django.db.models import Q
 
 
@@ -33,8 +34,12 @@ class OutboxMessage(models.Model):
     # Who must receive it, decided when it was published (by the code that published it), so a
     # relay running other code (a rolling deploy) sends exactly these copies.
     recipients = models.JSONField(default=list, help_text="Subscribers decided at publish time.")
+    # A database default too: rows written by code that predates the column (a rolling deploy) stay valid.
     trace_context = models.JSONField(
-        default=dict, blank=True, help_text="W3C traceparent and tracestate of the publishing span, when tracing."
+        default=dict,
+        db_default=Value({}, output_field=models.JSONField()),
+        blank=True,
+        help_text="W3C traceparent and tracestate of the publishing span, when tracing.",
     )
     # The redelivery sweep (outbox.sweep): when every recipient had acknowledged it, and, on a
     # copy for one subscriber, how many times the sweep sent it again.

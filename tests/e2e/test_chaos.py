@@ -32,3 +32,8 @@ def test_200_deliveries_under_kills_pauses_and_broker_disconnections_keep_the_le
     for kind in KINDS:
         assert len(re.findall(rf"\b{kind}\b", injected)) == 2, f"{kind} was not injected twice:\n{output}"
     assert "deliveries: {" in output and "200 accepted (202)" in output
+    # Proof of delivery under the same faults: some confirmed with their token, some left to time out.
+    confirmed = int(re.search(r"confirmed: (\d+)", output).group(1))
+    left = int(re.search(r"left_to_time_out: (\d+)", output).group(1))
+    assert confirmed > 0 and left > 0, output
+    assert "'confirmation_timeout': " in output

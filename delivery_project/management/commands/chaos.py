@@ -19,6 +19,7 @@ from deliveries.services import create_customer
 from delivery_project.chaos import (
     Fault,
     Ledger,
+    Recipient,
     System,
     chaos_env,
     close_every_broker_connection,
@@ -95,7 +96,8 @@ class Command(BaseCommand):
             broker_is_rabbitmq=urlsplit(settings.BROKER_URL).scheme.startswith("amqp"),
         )
         requests = [
-            random_request(rng, latitude=BASE[0], longitude=BASE[1], radius_km=3) for _ in range(options["deliveries"])
+            random_request(rng, latitude=BASE[0], longitude=BASE[1], radius_km=3, confirmation_share=0.25)
+            for _ in range(options["deliveries"])
         ]
         started = time.monotonic()
         injected: list[str] = []
@@ -103,6 +105,8 @@ class Command(BaseCommand):
             target=self._inject, args=(faults, system, started, stop, options["pause_seconds"], injected), daemon=True
         )
         injector.start()
+        recipient = Recipient(api, stop)
+        recipient.start()
         accepted = self._submit(api, requests, started=started, duration=options["duration"], stop=stop)
         injector.join()
         self.stdout.write(f"submitted: {len(accepted)} accepted (202) in {time.monotonic() - started:.1f} s")
@@ -119,7 +123,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"t+{time.monotonic() - started:6.1f}s settling: {last}")
             stop.wait(1)
         quiet_after = time.monotonic() - started
+        recipient.done.set()
+        recipient.join(10)
         ledger.check()
+        ledger.figures.update(confirmed=len(recipient.confirmed), left_to_time_out=len(recipient.left))
         exited = system.exited()
         ledger.violations.extend(f"process died by itself: {name}" for name in exited)
 
