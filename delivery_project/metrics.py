@@ -5,15 +5,14 @@ In multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the counters are those of every 
 host that shares the directory (web, relays, workers); otherwise this process's own.
 """
 
-import os
-
 from django.db.models import Count, Min
 from django.http import HttpResponse
 from django.utils import timezone
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from deliveries.models import Delivery
+from outbox.metrics import counters
 from outbox.models import DeadLetter, OutboxMessage
 
 
@@ -54,14 +53,6 @@ class SystemState:
             "How long the delivery first in the waiting line has waited",
             _age(waiting["oldest"]),
         )
-
-
-def counters() -> CollectorRegistry:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return registry
-    return REGISTRY
 
 
 def metrics(request) -> HttpResponse:

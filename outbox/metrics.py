@@ -7,7 +7,9 @@ Values that are state rather than events (backlog, dead letters open) are read f
 when scraped: see delivery_project/metrics.py.
 """
 
-from prometheus_client import Counter, Histogram
+import os
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server
 
 RELAYED = Counter(
     "outbox_relayed_events", "Outbox rows the broker confirmed (every copy), by event type", ["event_type"]
@@ -29,3 +31,17 @@ HANDLER_SECONDS = Histogram(
     ["subscriber", "event_type"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+
+def counters() -> CollectorRegistry:
+    """This process's counters; in multiprocess mode, those of every process sharing the directory."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def serve_metrics(port: int) -> None:
+    """Serve the counters on `port` from a thread (a relay on a host without a web process)."""
+    start_http_server(port, registry=counters())

@@ -3,8 +3,7 @@
 import uuid
 
 from django.db import models
-from django.db.models import Value
-from django.db.models import Q
+from django.db.models import Q, Value
 
 
 class OutboxMessage(models.Model):

@@ -102,3 +102,21 @@ def test_the_backlog_gauges_count_due_rows_their_age_and_open_letters_by_reason(
     assert value(scraped, "outbox_backlog_rows") == 3 and value(scraped, "outbox_due_rows") == 2
     assert 60 <= value(scraped, "outbox_oldest_due_age_seconds") < 3600
     assert value(scraped, "outbox_dead_letters_open", reason="handler_error") == 1
+
+
+def test_a_relay_serves_its_counters_on_a_port_of_its_own():
+    import socket
+    import urllib.request
+
+    from outbox.metrics import RELAYED, serve_metrics
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    RELAYED.labels("probe.pinged").inc(0)  # the series exists, as in a relay that has started
+    serve_metrics(port)
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+
+    assert 'outbox_relayed_events_total{event_type="probe.pinged"}' in text

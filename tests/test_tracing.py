@@ -82,3 +82,31 @@ def test_one_delivery_is_one_trace_from_the_post_through_every_handler(tracing, 
     assert {s.attributes["message_id"] for s in relays} >= {str(r.message_id) for r in rows if r.published_at}
     for row in rows:
         assert row.trace_context["traceparent"].split("-")[1] == format(root.context.trace_id, "032x")
+
+
+@pytest.mark.django_db
+def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
+    from django.utils import timezone as tz
+
+    from outbox.dead_letters import replay_dead_letter
+    from outbox.models import DeadLetter
+    from tests.outbox.conftest import envelope
+
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {**envelope(), "traceparent": traceparent}
+    letter = DeadLetter.objects.create(
+        subscriber="probe_b",
+        message_id=body["message_id"],
+        type=body["type"],
+        correlation_id=body["correlation_id"],
+        envelope=body,
+        reason="handler_error",
+        attempts=1,
+        first_failed_at=tz.now(),
+        last_failed_at=tz.now(),
+    )
+
+    row = replay_dead_letter(letter_id=letter.pk, by="operator")
+
+    assert row.trace_context == {"traceparent": traceparent}
+    assert row.envelope()["traceparent"] == traceparent

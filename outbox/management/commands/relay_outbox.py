@@ -5,6 +5,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Min
 
+from outbox.metrics import serve_metrics
 from outbox.models import OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
 
@@ -21,8 +22,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--progress-every", type=float, default=10.0, help="Seconds between progress lines (0: none)."
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            help="Serve Prometheus metrics on this port (a relay on a host without a web process).",
+        )
 
-    def handle(self, *, once, batch_size, progress_every, verbosity, **options):
+    def handle(self, *, once, batch_size, progress_every, verbosity, metrics_port=None, **options):
+        if metrics_port:
+            serve_metrics(metrics_port)
+            self.stdout.write(f"metrics on http://0.0.0.0:{metrics_port}/metrics")
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
