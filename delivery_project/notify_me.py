@@ -24,7 +24,9 @@ E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 
 
 class NotifyMeRequestIn(RequestSchema):
-    email_address: str = Field(None, max_length=254, description="Where to e-mail each status change.")
+    email_address: str = Field(
+        None, max_length=254, description="Where to e-mail each status change.", json_schema_extra={"format": "email"}
+    )
     sms: str = Field(None, max_length=16, pattern=E164.pattern, description="E.164 number, e.g. +14255550123.")
 
     @field_validator("email_address")

@@ -37,6 +37,8 @@ def test_fuzzing_the_api_from_its_schema_finds_no_failure(live_server, seed, tmp
     _, token = create_customer(name=f"fuzzer-{seed}")
 
     run = schemathesis(
+        "--config-file",
+        str(Path(__file__).with_name("schemathesis.toml")),
         "run",
         f"{live_server.url}/api/openapi.json",
         *CHECKS,
