@@ -152,7 +152,9 @@ def test_grounding_and_returning_a_drone_publish_events(admin_client):
     assert Drone.objects.get().status == "maintenance"
     act(admin_client, "drones/drone", "return_to_service", [drone.pk])
     assert Drone.objects.get().status == "available"
-    assert list(OutboxMessage.objects.filter(stream=f"drone:{drone.pk}").values_list("type", flat=True)) == [
+    assert list(
+        OutboxMessage.objects.filter(stream=f"drone:{drone.pk}").order_by("sequence").values_list("type", flat=True)
+    ) == [
         "drone.grounded",
         "drone.returned_to_service",
     ]
