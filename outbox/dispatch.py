@@ -53,7 +53,7 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
 
 
 def _dispatch(subscriber: str, body: Any) -> str:
-    """The outcome: processed, duplicate, stale, dead_lettered or delayed; raises to be retried."""
+    """The outcome: processed, duplicate, stale or dead_lettered; raises to be retried (counted as retried)."""
     try:
         envelope = Envelope.model_validate(body)
     except ValidationError as error:
