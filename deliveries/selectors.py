@@ -21,12 +21,17 @@ def delivery_of(customer: Customer, delivery_id: UUID) -> Delivery | None:
 
 
 def overdue_deliveries() -> QuerySet[Delivery]:
-    """In transit more than DELIVERY_OVERDUE_AFTER_SECONDS past the ETA, oldest ETA first.
+    """In transit more than DELIVERY_OVERDUE_AFTER_SECONDS past the ETA, or awaiting a confirmation
+    that long past its timeout; oldest ETA first.
 
     A query, not a timer: it flags a delivery whose every later event was lost as well.
     """
     late = timezone.now() - timedelta(seconds=settings.DELIVERY_OVERDUE_AFTER_SECONDS)
-    return Delivery.objects.filter(status=Delivery.Status.IN_TRANSIT, eta__lt=late).order_by("eta")
+    unconfirmed = late - timedelta(seconds=settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS)
+    return Delivery.objects.filter(
+        Q(status=Delivery.Status.IN_TRANSIT, eta__lt=late)
+        | Q(status=Delivery.Status.AWAITING_CONFIRMATION, updated_at__lt=unconfirmed)
+    ).order_by("eta")
 
 
 def timeline(delivery: Delivery) -> list[dict]:

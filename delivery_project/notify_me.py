@@ -62,9 +62,12 @@ class NotifyMeRequestOut(CamelSchema):
 def request_notifications(request, delivery_id: UUID, payload: NotifyMeRequestIn):
     if selectors.delivery_of(request.auth, delivery_id) is None:
         raise HttpError(404, f"no delivery {delivery_id}")
-    created = notifications.request_notifications(
-        delivery_id=delivery_id, email_address=payload.email_address or "", sms=payload.sms or ""
-    )
+    try:
+        created = notifications.request_notifications(
+            delivery_id=delivery_id, email_address=payload.email_address or "", sms=payload.sms or ""
+        )
+    except notifications.TooManyRequests as error:
+        return Status(409, {"detail": str(error), "errors": [{"field": "delivery", "message": str(error)}]})
     return Status(
         201,
         {

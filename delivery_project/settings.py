@@ -258,6 +258,7 @@ EMAIL_USE_TLS = _flag("DJANGO_EMAIL_USE_TLS", True)
 EMAIL_TIMEOUT = 10
 DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "deliveries@localhost")
 NOTIFICATIONS_SMS_SENDER = os.environ.get("NOTIFICATIONS_SMS_SENDER", "notifications.services.log_sms")
+NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY = int(os.environ.get("NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY", "5"))
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}

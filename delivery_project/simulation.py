@@ -17,7 +17,16 @@ from django.test import Client
 from django.utils import timezone
 
 TERMINAL = {"delivered", "failed", "cancelled"}
-STATUSES = ("requested", "waiting_for_drone", "scheduled", "in_transit", "delivered", "failed", "cancelled")
+STATUSES = (
+    "requested",
+    "waiting_for_drone",
+    "scheduled",
+    "in_transit",
+    "awaiting_confirmation",
+    "delivered",
+    "failed",
+    "cancelled",
+)
 
 
 class Api:

@@ -13,7 +13,7 @@ class NotificationAdmin(ReadOnlyAdmin):
 
 class SentMessageInline(admin.TabularInline):
     model = SentMessage
-    fields = readonly_fields = ["kind", "channel", "sent_at"]
+    fields = readonly_fields = ["kind", "channel", "created_at", "sent_at"]
     extra = 0
     can_delete = False
 
@@ -31,4 +31,4 @@ class NotifyMeRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="messages sent")
     def messages_sent(self, request):
-        return request.sent.count()
+        return request.sent.exclude(sent_at=None).count()

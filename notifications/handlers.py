@@ -3,7 +3,7 @@
 from uuid import UUID
 
 from notifications.models import Notification
-from notifications.services import notify
+from notifications.services import notify, send_message
 from outbox.contracts import Reader
 from outbox.subscriptions import Received, subscribe
 
@@ -36,3 +36,12 @@ def on_failed(message: Received[DeliveryEvent]) -> None:
 @subscribe("notifications", "delivery.cancelled", reader=DeliveryEvent)
 def on_cancelled(message: Received[DeliveryEvent]) -> None:
     notify(delivery_id=message.payload.delivery_id, kind=Notification.Kind.CANCELLED)
+
+
+class Due(Reader):
+    sent_message_id: int
+
+
+@subscribe("notifications", "notification.due", reader=Due)
+def on_notification_due(message: Received[Due]) -> None:
+    send_message(sent_message_id=message.payload.sent_message_id)

@@ -37,7 +37,8 @@ class NotifyMeRequest(models.Model):
 
 
 class SentMessage(models.Model):
-    """One message sent for a request, a status change and a channel: at most once each."""
+    """One message for a request, a status change and a channel: created once (unique), sent
+    once (`sent_at`), by its own `notification.due` event."""
 
     class Channel(models.TextChoices):
         EMAIL = "email"
@@ -46,7 +47,8 @@ class SentMessage(models.Model):
     request = models.ForeignKey(NotifyMeRequest, on_delete=models.CASCADE, related_name="sent")
     kind = models.CharField(max_length=30, choices=Notification.Kind.choices)
     channel = models.CharField(max_length=10, choices=Channel.choices)
-    sent_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

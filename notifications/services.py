@@ -6,9 +6,12 @@ from uuid import UUID
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from notifications.events import NotificationDue
 from notifications.models import Notification, NotifyMeRequest, SentMessage
+from outbox.publishing import publish
 
 logger = logging.getLogger(__name__)
 
@@ -22,33 +25,53 @@ MESSAGES = {
 
 
 def notify(*, delivery_id: UUID, kind: str, reason: str = "") -> Notification:
-    """Record one notification per (delivery, kind) and send it to every notify-me request of the
-    delivery, once per request, kind and channel: a repeated event sends nothing again.
-
-    A message is sent inside the handler's transaction, after its SentMessage row is written: a
-    failed send rolls the row back and the event is retried (then dead-lettered) like any
-    failure. Only a crash between a successful send and the commit would send it twice."""
+    """Record one notification per (delivery, kind) and, for every notify-me request of the
+    delivery, one message per channel, each announced by its own `notification.due`. A repeated
+    event finds them there and announces nothing again."""
     with transaction.atomic():
         text = MESSAGES[kind].format(reason=reason)
         notification, _ = Notification.objects.get_or_create(
             delivery_id=delivery_id, kind=kind, defaults={"message": text}
         )
         for request in NotifyMeRequest.objects.filter(delivery_id=delivery_id).order_by("id"):
-            if request.email_address and _first(request, kind, SentMessage.Channel.EMAIL):
-                subject = f"Delivery {delivery_id}: {kind.replace('_', ' ')}"
-                send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [request.email_address])
-            if request.sms and _first(request, kind, SentMessage.Channel.SMS):
-                import_string(settings.NOTIFICATIONS_SMS_SENDER)(to=request.sms, text=text)
+            channels = [(SentMessage.Channel.EMAIL, request.email_address), (SentMessage.Channel.SMS, request.sms)]
+            for channel, address in channels:
+                if not address:
+                    continue
+                message, created = SentMessage.objects.get_or_create(request=request, kind=kind, channel=channel)
+                if created:
+                    publish(NotificationDue(sent_message_id=message.pk), stream=f"notifications:{delivery_id}")
         return notification
 
 
-def _first(request: NotifyMeRequest, kind: str, channel: str) -> bool:
-    _, created = SentMessage.objects.get_or_create(request=request, kind=kind, channel=channel)
-    return created
+def send_message(*, sent_message_id: int) -> SentMessage | None:
+    """Send one message, once: a failed send raises, and the event is retried (then
+    dead-lettered, and a replay sends it). Only a crash between a send that went out and the
+    commit of its `sent_at` would send it twice."""
+    with transaction.atomic():
+        message = SentMessage.objects.select_for_update().select_related("request").filter(pk=sent_message_id).first()
+        if message is None or message.sent_at is not None:
+            return message
+        notification = Notification.objects.get(delivery_id=message.request.delivery_id, kind=message.kind)
+        if message.channel == SentMessage.Channel.EMAIL:
+            subject = f"Delivery {message.request.delivery_id}: {message.kind.replace('_', ' ')}"
+            send_mail(subject, notification.message, settings.DEFAULT_FROM_EMAIL, [message.request.email_address])
+        else:
+            import_string(settings.NOTIFICATIONS_SMS_SENDER)(to=message.request.sms, text=notification.message)
+        message.sent_at = timezone.now()
+        message.save(update_fields=["sent_at"])
+        return message
+
+
+class TooManyRequests(Exception):
+    """A delivery takes at most NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY requests."""
 
 
 def request_notifications(*, delivery_id: UUID, email_address: str = "", sms: str = "") -> NotifyMeRequest:
     with transaction.atomic():
+        limit = settings.NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY
+        if NotifyMeRequest.objects.filter(delivery_id=delivery_id).count() >= limit:
+            raise TooManyRequests(f"a delivery takes at most {limit} notify-me requests")
         return NotifyMeRequest.objects.create(delivery_id=delivery_id, email_address=email_address, sms=sms)
 
 

@@ -60,20 +60,19 @@ def _dispatch(subscriber: str, body: Any) -> str:
         record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_ENVELOPE, error=error)
         return "dead_lettered"
 
-    attributes = {
-        "subscriber": subscriber,
-        "message_id": str(envelope.message_id),
-        "messaging.event_type": envelope.type,
-        "correlation_id": str(envelope.correlation_id),
-    }
-    parent, name = envelope.trace_context(), f"handle {envelope.type}"
-    with (
-        log_context.about(subscriber, envelope),
-        tracing.following(parent, name, kind=SpanKind.CONSUMER, attributes=attributes) as span,
-    ):
-        outcome = _dispatch_envelope(subscriber, body, envelope)
-        span.set_attribute("outcome", outcome)
-        return outcome
+    with log_context.about(subscriber, envelope):
+        if not tracing.active():
+            return _dispatch_envelope(subscriber, body, envelope)
+        attributes = {
+            "subscriber": subscriber,
+            "message_id": str(envelope.message_id),
+            "correlation_id": str(envelope.correlation_id),
+        }
+        name = f"handle {envelope.type}"
+        with tracing.following(envelope.trace_context(), name, kind=SpanKind.CONSUMER, attributes=attributes) as span:
+            outcome = _dispatch_envelope(subscriber, body, envelope)
+            span.set_attribute("outcome", outcome)
+            return outcome
 
 
 def _dispatch_envelope(subscriber: str, body: Any, envelope: Envelope) -> str:

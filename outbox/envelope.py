@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class Envelope(BaseModel):
@@ -20,9 +20,16 @@ class Envelope(BaseModel):
     sequence: int = Field(ge=1)
     hops: int = Field(ge=0)
     payload: dict[str, Any]
-    # W3C trace context of the span that published it (outbox.tracing), when tracing is on.
-    traceparent: str | None = Field(None, max_length=55)
-    tracestate: str | None = Field(None, max_length=512)
+    # W3C trace context of the span that published it (outbox.tracing), when tracing is on. A value
+    # that does not fit is dropped, never a reason to refuse the message: it is only for tracing.
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+    @field_validator("traceparent", "tracestate", mode="before")
+    @classmethod
+    def _dropped_unless_it_fits(cls, value: object, info: ValidationInfo) -> str | None:
+        limit = {"traceparent": 55, "tracestate": 512}[info.field_name]
+        return value if isinstance(value, str) and len(value) <= limit else None
 
     def trace_context(self) -> dict[str, str]:
         return {key: value for key in ("traceparent", "tracestate") if (value := getattr(self, key))}

@@ -27,6 +27,16 @@ def process_name(kind: str) -> str:
     return f"{kind}@{socket.gethostname()}:{os.getpid()}"
 
 
+def gone(process: str) -> None:
+    """A process that stops cleanly takes its heartbeat with it: only the silent ones stay listed."""
+    from outbox.models import Heartbeat
+
+    try:
+        Heartbeat.objects.filter(process=process).delete()
+    except Exception as error:  # stopping because the database is away: the row ages out of the overview
+        logger.debug("heartbeat of %s not removed: %s", process, error)
+
+
 def beat(*, process: str, kind: str, started_at, relayed: int = 0, handled: int = 0) -> None:
     from outbox.models import Heartbeat  # the broker's middleware loads before Django's apps
 
@@ -71,6 +81,7 @@ class WorkerHeartbeat(dramatiq.Middleware):
                 logger.debug("worker heartbeat not written: %s", error)
                 close_old_connections()
             stop.wait(interval())
+        gone(process)
         connection.close()
 
 

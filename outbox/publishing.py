@@ -55,7 +55,7 @@ def publish(
     now = timezone.now()
     correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
     same_story = cause is not None and cause.correlation_id == correlation_id
-    attributes = {"messaging.event_type": event.type, "correlation_id": str(correlation_id), "stream": stream}
+    attributes = {"messaging.event_type": event.type, "stream": stream}
     with tracing.publishing(event.type, new_story=cause is not None and not same_story, attributes=attributes) as span:
         row = _append(
             event,
@@ -66,7 +66,8 @@ def publish(
             available_at=available_at or now,
             using=using,
         )
-        span.set_attribute("message_id", str(row.message_id))
+        if span is not None:
+            span.set_attribute("message_id", str(row.message_id))
     return row
 
 

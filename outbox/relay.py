@@ -134,6 +134,7 @@ class Relay:
                     return total
                 busy = len(claimed) >= self.batch_size
                 total += self._settle(in_flight, self.publisher.collect(wait=0 if busy else 0.005), suspects)
+                self._beat_if_due()  # a relay kept busy for minutes is alive too
         finally:
             self._release(list(in_flight.values()))  # stopped by an error: claimed, not sent
 
@@ -150,6 +151,17 @@ class Relay:
                     suspects.append(_SendFailed(row, error))
         self.publisher.start(batch)
         return in_flight, suspects
+
+    def _beat_if_due(self) -> None:
+        """The heartbeat, every OUTBOX_HEARTBEAT_SECONDS; failing to write it is no outage of the relay."""
+        if time.monotonic() < self.next_beat:
+            return
+        self.next_beat = time.monotonic() + heartbeats.interval()
+        try:
+            with transaction.atomic():  # a savepoint when called inside another: the failure stays here
+                heartbeats.beat(process=self.process, kind="relay", started_at=self.started_at, relayed=self.relayed)
+        except DatabaseError as error:
+            logger.debug("relay heartbeat not written: %s", error)
 
     @staticmethod
     def _span(row: OutboxMessage):
@@ -316,11 +328,8 @@ class Relay:
                     if not once and time.monotonic() >= self.next_sweep:
                         self.next_sweep = time.monotonic() + settings.OUTBOX_SWEEP_INTERVAL_SECONDS
                         sweep_unacknowledged()
-                    if not once and time.monotonic() >= self.next_beat:
-                        self.next_beat = time.monotonic() + heartbeats.interval()
-                        heartbeats.beat(
-                            process=self.process, kind="relay", started_at=self.started_at, relayed=self.relayed
-                        )
+                    if not once:
+                        self._beat_if_due()
                     if on_progress:
                         on_progress(self)
                     if once:
@@ -347,6 +356,8 @@ class Relay:
                 self.idle.clear()
         finally:
             waiter.close()
+            if not once:
+                heartbeats.gone(self.process)
 
 
 def _still_held(rows: list[OutboxMessage]):

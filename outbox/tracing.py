@@ -15,20 +15,34 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind
 
 tracer = trace.get_tracer("outbox")
-FIELDS = ("traceparent", "tracestate")
+
+
+# W3C bounds: a traceparent is 55 characters; a tracestate that a client sent may be long, and
+# a trace's vendor notes are not worth a message (it travels without them).
+LIMITS = {"traceparent": 55, "tracestate": 512}
+
+
+def active() -> bool:
+    """Whether this process records traces: with the SDK off, publish and dispatch skip spans."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def trace_context() -> dict[str, str]:
     """The current span's W3C trace context, to travel in an envelope ({} when not tracing)."""
+    if not active():
+        return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
-    return {key: value for key, value in carrier.items() if key in FIELDS}
+    return {key: value for key, value in carrier.items() if key in LIMITS and len(value) <= LIMITS[key]}
 
 
 @contextmanager
-def publishing(event_type: str, *, new_story: bool, attributes: dict) -> Iterator[Span]:
+def publishing(event_type: str, *, new_story: bool, attributes: dict) -> Iterator[Span | None]:
     """The span of one publish. An event that starts another story (a drone freed by one delivery
     takes the next) starts a trace of its own, linked to the span that caused it."""
+    if not active():
+        yield None
+        return
     if new_story and trace.get_current_span().get_span_context().is_valid:
         cause = trace.get_current_span().get_span_context()
         span = tracer.start_as_current_span(
@@ -45,8 +59,11 @@ def publishing(event_type: str, *, new_story: bool, attributes: dict) -> Iterato
 
 
 @contextmanager
-def following(carrier: dict, name: str, *, kind: SpanKind, attributes: dict) -> Iterator[Span]:
+def following(carrier: dict, name: str, *, kind: SpanKind, attributes: dict) -> Iterator[Span | None]:
     """A span whose parent is the one that published the event (its trace context in `carrier`)."""
-    parent = propagate.extract({key: carrier[key] for key in FIELDS if carrier.get(key)})
+    if not active():
+        yield None
+        return
+    parent = propagate.extract({key: carrier[key] for key in LIMITS if carrier.get(key)})
     with tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes) as span:
         yield span

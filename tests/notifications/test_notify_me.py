@@ -7,7 +7,8 @@ from uuid import UUID
 import pytest
 from django.core import mail
 
-from notifications.models import NotifyMeRequest, SentMessage
+from notifications.models import Notification, NotifyMeRequest, SentMessage
+from outbox.dead_letters import replay_dead_letter
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.deliveries.conftest import delivery_request
@@ -102,17 +103,38 @@ class FailingBackend:
         raise ConnectionRefusedError("the SMTP server is down")
 
 
-def test_a_failed_send_is_a_handler_failure_and_nothing_counts_as_sent(customer, fleet, choreography, settings):
+def test_a_failed_send_fails_that_message_alone_and_a_replay_sends_it(customer, fleet, choreography, settings):
     delivery_id = requested(customer)
-    ask(customer, delivery_id, {"emailAddress": EMAIL})
+    ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
     settings.EMAIL_BACKEND = "tests.notifications.test_notify_me.FailingBackend"
+    for type_ in ("delivery.requested", "drone.scheduled", "package.ready"):
+        choreography.deliver(type_, delivery_id)
+    choreography.deliver("delivery.dispatched", delivery_id, only="notifications")
 
-    choreography.deliver("delivery.requested", delivery_id)
-    choreography.deliver("drone.scheduled", delivery_id)
-    choreography.deliver("package.ready", delivery_id)
-    dispatched = OutboxMessage.objects.get(type="delivery.dispatched", correlation_id=delivery_id)
-    choreography.hand_over(dispatched, only="notifications", dead_letter_expected=True)
+    for due in OutboxMessage.objects.filter(type="notification.due", correlation_id=delivery_id).order_by("id"):
+        choreography.hand_over(due, dead_letter_expected=True)
 
     letter = DeadLetter.objects.get(subscriber="notifications")
     assert letter.reason == "handler_error" and "SMTP server is down" in letter.error
-    assert not SentMessage.objects.exists()  # rolled back with the failure: a replay sends it
+    email = SentMessage.objects.get(channel="email")
+    assert email.sent_at is None and SentMessage.objects.get(channel="sms").sent_at is not None
+    assert Notification.objects.filter(delivery_id=delivery_id, kind="dispatched").exists()  # committed before
+    assert len(SENT_SMS) == 1  # the SMS went out once, the failed e-mail did not take it down with it
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    row = replay_dead_letter(letter_id=letter.pk, by="operator")
+    dispatch(subscriber="notifications", body=row.envelope())
+
+    email.refresh_from_db()
+    assert email.sent_at is not None and [m.to for m in mail.outbox] == [[EMAIL]]
+    assert len(SENT_SMS) == 1
+
+
+def test_a_delivery_takes_a_bounded_number_of_requests(customer, settings):
+    settings.NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY = 2
+    delivery_id = requested(customer)
+
+    answers = [ask(customer, delivery_id, {"emailAddress": EMAIL}).status_code for _ in range(3)]
+
+    assert answers == [201, 201, 409]
+    assert NotifyMeRequest.objects.count() == 2

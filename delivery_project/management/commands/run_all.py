@@ -80,10 +80,11 @@ class Command(BaseCommand):
 
     @staticmethod
     def _fresh_metrics_directory() -> str:
+        """The operator's PROMETHEUS_MULTIPROC_DIR as it is; else var/metrics, emptied, since the
+        counters of an earlier run would add up."""
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
-        else:
-            directory = Path(settings.VAR_DIR) / "metrics"
-        shutil.rmtree(directory, ignore_errors=True)  # counters of earlier runs would add up
+            return os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        directory = Path(settings.VAR_DIR) / "metrics"
+        shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
         return str(directory)
