@@ -195,3 +195,18 @@ def test_a_delivery_in_transit_long_past_its_eta_is_listed_as_overdue(admin_clie
     assert [d.pk for d in page.context["cl"].result_list] == [lost]
     assert "11\xa0minutes" in page.content.decode()  # how long past its ETA
     assert "Overdue deliveries" in admin_client.get("/admin/").content.decode()
+
+
+def test_a_delivery_awaiting_a_confirmation_long_past_its_timeout_is_listed_as_overdue(admin_client, settings):
+    settings.DELIVERY_OVERDUE_AFTER_SECONDS, settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS = 600, 300
+    alice, now = Customer("alice"), timezone.now()
+    forgotten, still_waiting = (UUID(alice.request().json()["deliveryId"]) for _ in range(2))
+    awaiting = Delivery.objects.filter(status="requested")
+    awaiting.filter(pk=forgotten).update(status="awaiting_confirmation", eta=now - timedelta(minutes=30))
+    awaiting.filter(pk=still_waiting).update(status="awaiting_confirmation", eta=now - timedelta(minutes=30))
+    Delivery.objects.filter(pk=forgotten).update(updated_at=now - timedelta(minutes=16))  # timeout + margin: 15
+    Delivery.objects.filter(pk=still_waiting).update(updated_at=now - timedelta(minutes=14))
+
+    page = admin_client.get("/admin/deliveries/overduedelivery/")
+
+    assert [d.pk for d in page.context["cl"].result_list] == [forgotten]

@@ -110,3 +110,16 @@ def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
 
     assert row.trace_context == {"traceparent": traceparent}
     assert row.envelope()["traceparent"] == traceparent
+
+
+def test_a_trace_context_that_does_not_fit_is_dropped_not_a_reason_to_refuse_the_message():
+    from outbox.envelope import Envelope
+    from tests.outbox.conftest import envelope
+
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {**envelope(), "traceparent": traceparent, "tracestate": "vendor=" + "x" * 600}
+
+    read = Envelope.model_validate(body)
+
+    assert (read.traceparent, read.tracestate) == (traceparent, None)
+    assert Envelope.model_validate({**envelope(), "traceparent": 7}).traceparent is None
