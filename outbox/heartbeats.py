@@ -1,6 +1,7 @@
 """Relays and workers write a heartbeat (outbox.models.Heartbeat) every OUTBOX_HEARTBEAT_SECONDS, so the
 messaging overview shows which are alive, when each was last seen and what it has done."""
 
+import contextlib
 import logging
 import os
 import socket
@@ -59,18 +60,21 @@ class WorkerHeartbeat(dramatiq.Middleware):
     def __init__(self):
         self.handled = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()  # a new one each boot: an old beat thread never outlives its worker
+        # One stop per worker: a process (or a test) may run several, and each thread ends with its own.
+        self._stops: dict[int, threading.Event] = {}
 
     def after_process_message(self, broker, message, *, result=None, exception=None):
         with self._lock:
             self.handled += 1
 
     def after_worker_boot(self, broker, worker):
-        self._stop = threading.Event()
-        threading.Thread(target=self._beat, args=(self._stop,), daemon=True, name="heartbeat").start()
+        stop = self._stops[id(worker)] = threading.Event()
+        threading.Thread(target=self._beat, args=(stop,), daemon=True, name="heartbeat").start()
 
     def before_worker_shutdown(self, broker, worker):
-        self._stop.set()
+        stop = self._stops.pop(id(worker), None)
+        if stop is not None:
+            stop.set()
 
     def _beat(self, stop: threading.Event) -> None:
         process, started_at = process_name("worker"), timezone.now()
@@ -79,10 +83,12 @@ class WorkerHeartbeat(dramatiq.Middleware):
                 beat(process=process, kind="worker", started_at=started_at, handled=self.handled)
             except Exception as error:  # the database may be away: the next beat tries again
                 logger.debug("worker heartbeat not written: %s", error)
-                close_old_connections()
+                with contextlib.suppress(Exception):
+                    close_old_connections()
             stop.wait(interval())
         gone(process)
-        connection.close()
+        with contextlib.suppress(Exception):
+            connection.close()
 
 
 def silent_since(last_seen) -> float:

@@ -33,3 +33,23 @@ def test_relay_and_worker_beat_and_the_overview_shows_them_and_a_silent_one(syst
 
     assert "silent for 300 s" in page or "silent for 301 s" in page  # five minutes: flagged
     assert worker.process not in page  # gone for a day: no longer listed
+
+
+def test_two_workers_in_one_process_each_stop_their_own_heartbeat(broker, transactional_db):
+    import threading
+
+    import dramatiq
+
+    def beating() -> int:
+        return sum(thread.name == "heartbeat" and thread.is_alive() for thread in threading.enumerate())
+
+    before = beating()
+    workers = [dramatiq.Worker(broker, worker_threads=1, worker_timeout=100) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    assert beating() == before + 2
+
+    for worker in workers:
+        worker.stop(timeout=10_000)
+
+    wait_until(lambda: beating() == before, timeout=10, what="both heartbeat threads to end")
