@@ -73,6 +73,11 @@ ERRORS = {
 RETRY_AFTER_SECONDS = 5
 
 
+def refused(status: int, error: Exception, field: str, message: str | None = None) -> Status:
+    """A view's refusal in the documented error shape: what was wrong, and with which field."""
+    return Status(status, {"detail": str(error), "errors": [{"field": field, "message": message or str(error)}]})
+
+
 def _error(request, status: int, detail: str, errors: list[dict] | None = None) -> HttpResponse:
     return api.create_response(request, {"detail": detail, "errors": errors or []}, status=status)
 
@@ -327,9 +332,9 @@ def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleI
             dropoff=payload.drop_off_location.model_dump() if payload.drop_off_location else None,
         )
     except services.TooLate as error:
-        return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
+        return refused(409, error, "status", error.reason)
     except rescheduling.InvalidReschedule as error:
-        return Status(422, {"detail": str(error), "errors": [{"field": error.field, "message": str(error)}]})
+        return refused(422, error, error.field)
     return Status(202, _delivery(delivery))
 
 
@@ -344,7 +349,7 @@ def cancel_delivery(request, delivery_id: UUID):
     try:
         delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
     except services.TooLate as error:
-        return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
+        return refused(409, error, "status", error.reason)
     return Status(202, _status(delivery))
 
 
@@ -366,9 +371,9 @@ def confirm_delivery(request, delivery_id: UUID, payload: ConfirmationIn):
     try:
         delivery = services.confirm_delivery(delivery_id=delivery_id, customer=request.auth, confirmation=confirmation)
     except services.TooLate as error:
-        return Status(409, {"detail": str(error), "errors": [{"field": "status", "message": error.reason}]})
+        return refused(409, error, "status", error.reason)
     except services.WrongToken as error:
-        return Status(403, {"detail": str(error), "errors": [{"field": "token", "message": str(error)}]})
+        return refused(403, error, "token")
     except services.WrongConfirmationType as error:
-        return Status(422, {"detail": str(error), "errors": [{"field": "confirmationType", "message": str(error)}]})
+        return refused(422, error, "confirmationType")
     return Status(200, _delivery(delivery))

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django_dramatiq.models import Task
 
+from outbox.admin import ReadOnlyAdmin
+
 # django_dramatiq's task table is filled only by its AdminMiddleware, which we leave out
 # (a database write per task event); the dead letters and the timelines take its place.
 admin.site.unregister(Task)
@@ -10,7 +12,7 @@ admin.site.site_title = "Drone delivery operations"
 
 
 @admin.register(LogEntry)
-class AuditLogAdmin(admin.ModelAdmin):
+class AuditLogAdmin(ReadOnlyAdmin):
     """Every operator action (replay, discard, ground, return to service) leaves an entry in Django's
     admin log in the same transaction: who, when, on what, and the note."""
 
@@ -18,12 +20,3 @@ class AuditLogAdmin(admin.ModelAdmin):
     list_filter = ["content_type", "user"]
     search_fields = ["object_repr", "change_message", "user__username"]
     date_hierarchy = "action_time"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

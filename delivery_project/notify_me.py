@@ -15,7 +15,7 @@ from ninja.errors import HttpError
 from pydantic import Field, field_validator, model_validator
 
 from deliveries import selectors
-from deliveries.api import ERRORS
+from deliveries.api import ERRORS, refused
 from deliveries.schemas import CamelSchema, RequestSchema
 from notifications import services as notifications
 
@@ -67,7 +67,7 @@ def request_notifications(request, delivery_id: UUID, payload: NotifyMeRequestIn
             delivery_id=delivery_id, email_address=payload.email_address or "", sms=payload.sms or ""
         )
     except notifications.TooManyRequests as error:
-        return Status(409, {"detail": str(error), "errors": [{"field": "delivery", "message": str(error)}]})
+        return refused(409, error, "delivery")
     return Status(
         201,
         {
