@@ -54,6 +54,10 @@ INSTALLED_APPS = [
     "deliveries",
     "notifications",
 ]
+# The workshop (bench, chaos, simulate: harness/) is in a checkout, never in the built wheel, so
+# a deployment from the wheel has neither its modules nor its commands.
+if (BASE_DIR / "harness" / "apps.py").exists():
+    INSTALLED_APPS.append("harness")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

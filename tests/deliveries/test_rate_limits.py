@@ -120,7 +120,7 @@ def test_an_empty_limit_turns_the_limit_off(settings):
 
 
 def test_simulate_waits_out_a_429_for_its_retry_after_and_goes_on(settings):
-    from delivery_project.simulation import Api
+    from harness.simulation import Api
 
     settings.API_RATE_LIMIT = "1/s"
     api = Api(token=Customer("alice").token, url=None)

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 
-from delivery_project.chaos import close_every_broker_connection
+from harness.chaos import close_every_broker_connection
 from outbox.models import OutboxMessage
 from outbox.relay import Relay
 from tests.conftest import wait_until

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delivery_project.chaos import Ledger, plan_faults
+from harness.chaos import Ledger, plan_faults
 from outbox.models import InboxMessage, OutboxMessage
 from tests.test_admin import a_dead_letter
 

@@ -37,14 +37,14 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from deliveries.customers import create_customer
 from deliveries.events import DeliveryRequested, Location, PackageInfo
 from deliveries.models import Delivery
-from deliveries.services import create_customer
-from delivery_project import simulation
-from delivery_project.bench_api import customers
-from delivery_project.bench_relay import relay_process
 from delivery_project.broker import reconnected_if_lost
 from drones.services import seed_fleet
+from harness import simulation
+from harness.bench_api import customers
+from harness.bench_relay import relay_process
 from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage
 from outbox.publishing import publish

@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from deliveries.services import create_customer
-from delivery_project.chaos import (
+from deliveries.customers import create_customer
+from harness.chaos import (
     Fault,
     Ledger,
     Recipient,
@@ -25,8 +25,8 @@ from delivery_project.chaos import (
     close_every_broker_connection,
     plan_faults,
 )
-from delivery_project.scratch import scratch_run
-from delivery_project.simulation import Api, random_request, stamped
+from harness.scratch import scratch_run
+from harness.simulation import Api, random_request, stamped
 
 BASE = (47.6205, -122.3493)
 

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery_project import bench
-from delivery_project.scratch import scratch_run
+from harness import bench
+from harness.scratch import scratch_run
 
 
 class Command(BaseCommand):

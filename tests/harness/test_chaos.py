@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from delivery_project.chaos import KINDS
+from harness.chaos import KINDS
 from tests.e2e.test_processes import MANAGE
 from tests.e2e.test_run_all import a_free_port
 

@@ -9,10 +9,10 @@ from django.db import connection
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from deliveries.services import create_customer
-from delivery_project import simulation
+from deliveries.customers import create_customer
 from drones.models import Drone
 from drones.services import seed_fleet
+from harness import simulation
 from outbox.relay import Relay
 
 

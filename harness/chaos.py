@@ -28,8 +28,8 @@ from django.db import connection
 from django.utils import timezone
 
 from deliveries.models import Delivery
-from delivery_project.simulation import Api
 from drones.models import Drone
+from harness.simulation import Api
 from notifications.models import Notification
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 

@@ -1,0 +1,40 @@
+"""What ships: the wheel holds the deployable, the kernel and the contexts with their templates,
+and none of the workshop (benchmark, chaos rig, simulation, scratch databases) or the tests."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from django.conf import settings
+
+PRODUCT = {"delivery_project", "outbox", "packages", "drones", "deliveries", "notifications"}
+
+
+def test_the_built_wheel_ships_the_product_and_no_workshop(tmp_path):
+    source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
+    shutil.copytree(
+        settings.BASE_DIR,
+        source,
+        ignore=shutil.ignore_patterns(".venv", ".git", "var", "build", "*.egg-info", "__pycache__", ".*_cache"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp_path), str(source)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {Path(name).parts[0] for name in names if not Path(name).parts[0].endswith(".dist-info")}
+
+    assert top_level == PRODUCT
+    workshop = [n for n in names if any(w in n for w in ("bench", "chaos", "simulat", "scratch", "harness"))]
+    assert workshop == []
+    assert "outbox/templates/admin/outbox/overview.html" in names
+    assert "drones/templates/admin/drones/drone/change_list.html" in names
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    runtime = [
+        line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines() if line.startswith("Requires-Dist")
+    ]
+    assert not [line for line in runtime if "rich" in line and "extra ==" not in line]  # only the workshop needs it
