@@ -13,7 +13,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from outbox.dead_letters import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.heartbeats import silent, silent_since
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, StreamCursor
 from outbox.subscriptions import actor_name, queue_name, routing_table

@@ -8,7 +8,7 @@ class OutboxConfig(AppConfig):
     verbose_name = "Messaging (outbox, inbox, dead letters)"
 
     def ready(self):
-        from outbox import limits, retention, subscriptions  # noqa: F401 (retention registers its check)
+        from outbox import actors, limits, retention  # noqa: F401 (retention registers its check)
 
-        subscriptions.autodiscover()
+        actors.autodiscover()
         limits.check_configuration()

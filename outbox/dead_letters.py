@@ -1,4 +1,7 @@
-"""Reason codes and the dead-letter store: failure kept as data, never dropped."""
+"""Reason codes and the dead-letter store: failure kept as data, never dropped.
+
+The store is what dispatch, the relay and the sweep write to. What operators do with a letter
+(replay, discard) is `outbox.dead_letter_actions`, above the registry and the outbox."""
 
 import logging
 import traceback as tb
@@ -9,11 +12,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from pydantic import ValidationError
 
 from outbox.envelope import Envelope
-from outbox.models import DeadLetter, OutboxMessage
-from outbox.subscriptions import subscription
+from outbox.models import DeadLetter
 
 logger = logging.getLogger(__name__)
 
@@ -107,62 +108,6 @@ def _uuid_or_none(value: Any):
         return None
 
 
-class CannotResolve(Exception):
-    """The dead letter is not open, or holds no envelope that could be sent again."""
-
-
-def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> OutboxMessage:
-    """Send the message again to the subscriber that failed it, through the outbox.
-
-    It keeps its message id, so the subscriber's inbox still drops it if it was processed
-    meanwhile. If it fails again, the same letter opens again with its attempts added up.
-    """
-    with transaction.atomic():
-        letter = DeadLetter.objects.select_for_update().get(pk=letter_id)
-        if letter.status != DeadLetter.Status.OPEN:
-            raise CannotResolve(f"dead letter {letter.pk} is {letter.status}, not open")
-        try:
-            envelope = Envelope.model_validate(letter.envelope)
-        except ValidationError as error:
-            raise CannotResolve(f"dead letter {letter.pk} holds no valid envelope; discard it instead") from error
-        if subscription(letter.subscriber, envelope.type) is None:
-            raise CannotResolve(
-                f"{letter.subscriber} no longer handles {envelope.type}: a replay would wait on a queue nobody "
-                "reads; discard it instead"
-            )
-        original = OutboxMessage.objects.filter(message_id=envelope.message_id, target_subscriber="").first()
-        now = timezone.now()
-        row, _ = OutboxMessage.objects.update_or_create(
-            message_id=envelope.message_id,
-            target_subscriber=letter.subscriber,
-            defaults={
-                "type": envelope.type,
-                "version": envelope.version,
-                "source": original.source if original else "",
-                "occurred_at": envelope.occurred_at,
-                "correlation_id": envelope.correlation_id,
-                "causation_id": envelope.causation_id,
-                "stream": envelope.stream,
-                "sequence": envelope.sequence,
-                "hops": envelope.hops,
-                "payload": envelope.payload,
-                "available_at": now,
-                "published_at": None,
-                "claimed_until": None,
-                "claimed_by": "",
-                "send_attempts": 0,
-                "resends": 0,
-                "recipients": [letter.subscriber],
-                "trace_context": envelope.trace_context(),  # the replay joins the delivery's trace
-            },
-        )
-        _resolve(letter, DeadLetter.Status.REPLAYED, by=by, note=note)
-        letter.replays += 1
-        letter.save()
-    logger.info("replayed dead letter %s (%s for %s) by %s", letter.pk, letter.type, letter.subscriber, by or "?")
-    return row
-
-
 def close_stale_replay(*, subscriber: str, envelope: Envelope) -> None:
     """A replayed message of an ordered stream arrived after a newer one was applied, and was dropped:
     say so on its letter, instead of leaving it "replayed" as if it had been processed."""
@@ -173,36 +118,14 @@ def close_stale_replay(*, subscriber: str, envelope: Envelope) -> None:
     )
     if letter is not None:
         note = f"dropped on replay: {envelope.stream} had moved past #{envelope.sequence}"
-        _resolve(letter, DeadLetter.Status.DISCARDED, by="dispatch", note=note)
+        resolve_letter(letter, DeadLetter.Status.DISCARDED, by="dispatch", note=note)
         letter.save()
         logger.info("replayed dead letter %s was stale and is discarded", letter.pk)
 
 
-def discard_dead_letter(*, letter_id: int, by: str, note: str) -> DeadLetter:
-    """Give up on a message on purpose; the note says why, for the audit trail."""
-    if not note.strip():
-        raise CannotResolve("a discard needs a note saying why")
-    with transaction.atomic():
-        letter = DeadLetter.objects.select_for_update().get(pk=letter_id)
-        if letter.status != DeadLetter.Status.OPEN:
-            raise CannotResolve(f"dead letter {letter.pk} is {letter.status}, not open")
-        _resolve(letter, DeadLetter.Status.DISCARDED, by=by, note=note)
-        letter.save()
-    logger.info("discarded dead letter %s by %s: %s", letter.pk, by or "?", note)
-    return letter
-
-
-def _resolve(letter: DeadLetter, status: str, *, by: str, note: str) -> None:
+def resolve_letter(letter: DeadLetter, status: str, *, by: str, note: str) -> None:
+    """Close or reopen `letter` as `status`, stamping who did it and why into its note (the caller saves)."""
     letter.status, letter.resolved_at, letter.resolved_by = status, timezone.now(), by
     if note:
         stamp = f"[{letter.resolved_at:%Y-%m-%d %H:%M} {by or '?'} {status}] {note}"
         letter.note = f"{letter.note}\n{stamp}".strip()
-
-
-def open_letters(*, subscriber: str = "", reason: str = "", type: str = ""):
-    """Open dead letters, filtered the way operators group them."""
-    letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN)
-    for field, value in (("subscriber", subscriber), ("reason", reason), ("type", type)):
-        if value:
-            letters = letters.filter(**{field: value})
-    return letters.order_by("id")

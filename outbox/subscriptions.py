@@ -1,7 +1,11 @@
-"""Who listens to what: `@subscribe` in each context's `handlers.py`, found at start-up.
+"""Who listens to what: the registry `@subscribe` fills from each context's `handlers.py`.
 
 Every subscriber gets its own Dramatiq queue and actor, so one slow or failing subscriber
 never holds up another. The relay sends one copy of an event to each subscriber's queue.
+This module only records and answers; finding the handlers and binding the actors is
+`outbox.actors`, run once from `OutboxConfig.ready()` (as Django's admin keeps its registry,
+`sites.py`, apart from `autodiscover()` and `AdminConfig.ready()`). So publishing, the relay and
+the dead-letter store read the registry without importing the dispatcher.
 """
 
 import re
@@ -11,7 +15,6 @@ from typing import Any, Generic, TypeVar
 
 import dramatiq
 from django.conf import settings
-from django.utils.module_loading import autodiscover_modules
 from pydantic import BaseModel
 
 from outbox.envelope import Envelope
@@ -103,6 +106,11 @@ def subscription(subscriber: str, event_type: str) -> Subscription | None:
     return _subscriptions.get(subscriber, {}).get(event_type)
 
 
+def subscribers() -> list[str]:
+    """Every subscriber with at least one handler: one queue and one actor each."""
+    return sorted(_subscriptions)
+
+
 def subscribers_of(event_type: str) -> list[str]:
     return sorted(s for s, handlers in _subscriptions.items() if event_type in handlers)
 
@@ -134,32 +142,3 @@ def message_to(subscriber: str, envelope: dict) -> dramatiq.Message:
         options={},
         message_id=str(envelope.get("message_id")),
     )
-
-
-def autodiscover() -> None:
-    """Import every installed app's contracts and handlers, then give each subscriber its actor."""
-    autodiscover_modules("events", "handlers")
-    declare_actors(dramatiq.get_broker())
-
-
-def declare_actors(broker: dramatiq.Broker) -> None:
-    from outbox.dispatch import dispatch
-
-    for subscriber in sorted(_subscriptions):
-        if actor_name(subscriber) in broker.actors:
-            continue
-
-        def dispatch_to_subscriber(envelope: dict, _subscriber: str = subscriber) -> None:
-            dispatch(subscriber=_subscriber, body=envelope)
-
-        dramatiq.actor(
-            dispatch_to_subscriber,
-            actor_name=actor_name(subscriber),
-            queue_name=queue_name(subscriber),
-            broker=broker,
-            # Beyond OUTBOX_MAX_RETRIES dispatch dead-letters the message itself; the extra attempts
-            # are for when even that fails, so the message is never failed into Dramatiq's own queue.
-            max_retries=settings.OUTBOX_MAX_RETRIES + settings.OUTBOX_DEAD_LETTER_RETRIES,
-            min_backoff=settings.OUTBOX_MIN_BACKOFF_MS,
-            max_backoff=settings.OUTBOX_MAX_BACKOFF_MS,
-        )

@@ -88,7 +88,7 @@ def test_one_delivery_is_one_trace_from_the_post_through_every_handler(tracing, 
 def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
     from django.utils import timezone as tz
 
-    from outbox.dead_letters import replay_dead_letter
+    from outbox.dead_letter_actions import replay_dead_letter
     from outbox.models import DeadLetter
     from tests.outbox.conftest import envelope
 

@@ -219,7 +219,8 @@ def test_a_compensation_runs_once_however_often_its_event_is_delivered(customer,
 
 
 def test_a_replayed_report_older_than_one_applied_is_dropped_and_its_letter_says_so(customer, fleet, choreography):
-    from outbox.dead_letters import record_dead_letter, replay_dead_letter
+    from outbox.dead_letter_actions import replay_dead_letter
+    from outbox.dead_letters import record_dead_letter
     from outbox.models import DeadLetter, OutboxMessage
 
     delivery_id = requested(customer)

@@ -8,7 +8,7 @@ import pytest
 from django.core import mail
 
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.dead_letters import replay_dead_letter
+from outbox.dead_letter_actions import replay_dead_letter
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.deliveries.conftest import delivery_request

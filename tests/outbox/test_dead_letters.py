@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from outbox.dead_letters import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relay import Relay
 from tests.conftest import wait_until

@@ -7,7 +7,8 @@ import dramatiq
 import pytest
 import redis
 
-from outbox.dead_letters import CannotResolve, record_dead_letter, replay_dead_letter
+from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
+from outbox.dead_letters import record_dead_letter
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
 from tests.conftest import wait_until

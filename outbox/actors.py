@@ -1,0 +1,40 @@
+"""Start-up wiring: find every app's contracts and handlers, then bind one actor per subscriber.
+
+The registry (`outbox.subscriptions`) knows who subscribes to what; this module turns it into
+Dramatiq actors that call the dispatcher, once, from `OutboxConfig.ready()`. It is the only
+module of the kernel that imports both the registry and `outbox.dispatch`.
+"""
+
+import dramatiq
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules
+
+from outbox.dispatch import dispatch
+from outbox.subscriptions import actor_name, queue_name, subscribers
+
+
+def autodiscover() -> None:
+    """Import every installed app's contracts and handlers, then give each subscriber its actor."""
+    autodiscover_modules("events", "handlers")
+    declare_actors(dramatiq.get_broker())
+
+
+def declare_actors(broker: dramatiq.Broker) -> None:
+    for subscriber in subscribers():
+        if actor_name(subscriber) in broker.actors:
+            continue
+
+        def dispatch_to_subscriber(envelope: dict, _subscriber: str = subscriber) -> None:
+            dispatch(subscriber=_subscriber, body=envelope)
+
+        dramatiq.actor(
+            dispatch_to_subscriber,
+            actor_name=actor_name(subscriber),
+            queue_name=queue_name(subscriber),
+            broker=broker,
+            # Beyond OUTBOX_MAX_RETRIES dispatch dead-letters the message itself; the extra attempts
+            # are for when even that fails, so the message is never failed into Dramatiq's own queue.
+            max_retries=settings.OUTBOX_MAX_RETRIES + settings.OUTBOX_DEAD_LETTER_RETRIES,
+            min_backoff=settings.OUTBOX_MIN_BACKOFF_MS,
+            max_backoff=settings.OUTBOX_MAX_BACKOFF_MS,
+        )
