@@ -4,6 +4,7 @@ from django.utils.timesince import timesince
 
 from deliveries import selectors, services
 from deliveries.models import Customer, CustomerToken, Delivery, OverdueDelivery
+from deliveries.transitions import TooLate
 from outbox.admin import ReadOnlyAdmin, timeline_link
 
 
@@ -62,7 +63,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
                     customer=None,
                     reason="cancelled_by_operator",
                 )
-            except services.TooLate as error:
+            except TooLate as error:
                 self.message_user(request, f"{delivery.pk}: {error}", messages.WARNING)
         self.message_user(request, "Cancellation requested; compensations follow through events.", messages.INFO)
 

@@ -12,7 +12,7 @@ from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationEr
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
-from deliveries import rescheduling, selectors, services
+from deliveries import confirmation, rescheduling, selectors, services
 from deliveries.models import Customer, Delivery
 from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.schemas import (
@@ -26,6 +26,7 @@ from deliveries.schemas import (
     ErrorOut,
     TimelineEvent,
 )
+from deliveries.transitions import TooLate
 
 
 class NotJson(Exception):
@@ -331,7 +332,7 @@ def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleI
             pickup=payload.pickup_location.model_dump() if payload.pickup_location else None,
             dropoff=payload.drop_off_location.model_dump() if payload.drop_off_location else None,
         )
-    except services.TooLate as error:
+    except TooLate as error:
         return refused(409, error, "status", error.reason)
     except rescheduling.InvalidReschedule as error:
         return refused(422, error, error.field)
@@ -348,7 +349,7 @@ def cancel_delivery(request, delivery_id: UUID):
     _own(request, delivery_id)
     try:
         delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
-    except services.TooLate as error:
+    except TooLate as error:
         return refused(409, error, "status", error.reason)
     return Status(202, _status(delivery))
 
@@ -361,7 +362,7 @@ def cancel_delivery(request, delivery_id: UUID):
 )
 def confirm_delivery(request, delivery_id: UUID, payload: ConfirmationIn):
     _own(request, delivery_id)
-    confirmation = services.Confirmation(
+    proof = confirmation.Confirmation(
         token=payload.token,
         confirmation_type=payload.confirmation_type,
         date_time=payload.date_time,
@@ -369,11 +370,11 @@ def confirm_delivery(request, delivery_id: UUID, payload: ConfirmationIn):
         confirmation_blob=payload.confirmation_blob,
     )
     try:
-        delivery = services.confirm_delivery(delivery_id=delivery_id, customer=request.auth, confirmation=confirmation)
-    except services.TooLate as error:
+        delivery = confirmation.confirm_delivery(delivery_id=delivery_id, customer=request.auth, confirmation=proof)
+    except TooLate as error:
         return refused(409, error, "status", error.reason)
-    except services.WrongToken as error:
+    except confirmation.WrongToken as error:
         return refused(403, error, "token")
-    except services.WrongConfirmationType as error:
+    except confirmation.WrongConfirmationType as error:
         return refused(422, error, "confirmationType")
     return Status(200, _delivery(delivery))

@@ -3,7 +3,7 @@
 from datetime import datetime
 from uuid import UUID
 
-from deliveries import services
+from deliveries import confirmation, flight, join, services, timers
 from outbox.contracts import Reader
 from outbox.envelope import Envelope
 from outbox.subscriptions import Received, subscribe, when_unprocessable
@@ -53,7 +53,7 @@ def _location(p: Position) -> dict:
 
 @subscribe("deliveries", "package.ready", reader=AboutDelivery)
 def on_package_ready(message: Received[AboutDelivery]) -> None:
-    services.record_package_ready(delivery_id=message.payload.delivery_id)
+    join.record_package_ready(delivery_id=message.payload.delivery_id)
 
 
 # The scheduler's answers about one delivery share its assignment stream and are applied in order:
@@ -61,7 +61,7 @@ def on_package_ready(message: Received[AboutDelivery]) -> None:
 @subscribe("deliveries", "drone.scheduled", reader=DroneScheduled, ordered=True)
 def on_drone_scheduled(message: Received[DroneScheduled]) -> None:
     p = message.payload
-    services.record_drone_scheduled(
+    join.record_drone_scheduled(
         delivery_id=p.delivery_id,
         drone_id=p.drone_id,
         eta=p.eta,
@@ -74,7 +74,7 @@ def on_drone_scheduled(message: Received[DroneScheduled]) -> None:
 @subscribe("deliveries", "drone.wait_listed", reader=WaitListed, ordered=True)
 def on_drone_wait_listed(message: Received[WaitListed]) -> None:
     p = message.payload
-    services.record_waiting(
+    join.record_waiting(
         delivery_id=p.delivery_id, round=p.round, reason=p.reason, expected_pickup_at=p.expected_pickup_at
     )
 
@@ -92,12 +92,12 @@ def on_drone_unavailable(message: Received[Refusal]) -> None:
 
 @subscribe("deliveries", "drone.position_reported", reader=Position, ordered=True)
 def on_position_reported(message: Received[Position]) -> None:
-    services.record_position(delivery_id=message.payload.delivery_id, location=_location(message.payload))
+    flight.record_position(delivery_id=message.payload.delivery_id, location=_location(message.payload))
 
 
 @subscribe("deliveries", "drone.arrived", reader=Position, ordered=True)
 def on_drone_arrived(message: Received[Position]) -> None:
-    services.record_arrival(delivery_id=message.payload.delivery_id, location=_location(message.payload))
+    flight.record_arrival(delivery_id=message.payload.delivery_id, location=_location(message.payload))
 
 
 @subscribe("deliveries", "drone.released", reader=AboutDelivery)
@@ -117,7 +117,7 @@ class ConfirmationTimer(Reader):
 
 @subscribe("deliveries", "delivery.confirmation_timed_out", reader=ConfirmationTimer)
 def on_confirmation_timed_out(message: Received[ConfirmationTimer]) -> None:
-    services.confirmation_timed_out(delivery_id=message.payload.delivery_id, token_id=message.payload.token_id)
+    confirmation.confirmation_timed_out(delivery_id=message.payload.delivery_id, token_id=message.payload.token_id)
 
 
 @subscribe("deliveries", "package.cancelled", reader=AboutDelivery)
@@ -127,17 +127,17 @@ def on_package_cancelled(message: Received[AboutDelivery]) -> None:
 
 @subscribe("deliveries", "delivery.join_timed_out", reader=Timer)
 def on_join_timed_out(message: Received[Timer]) -> None:
-    services.expire_join(delivery_id=message.payload.delivery_id, round=message.payload.round)
+    timers.expire_join(delivery_id=message.payload.delivery_id, round=message.payload.round)
 
 
 @subscribe("deliveries", "delivery.wait_timed_out", reader=Timer)
 def on_wait_timed_out(message: Received[Timer]) -> None:
-    services.expire_wait(delivery_id=message.payload.delivery_id, round=message.payload.round)
+    timers.expire_wait(delivery_id=message.payload.delivery_id, round=message.payload.round)
 
 
 @subscribe("deliveries", "delivery.deadline_passed", reader=Timer)
 def on_deadline_passed(message: Received[Timer]) -> None:
-    services.expire_deadline(delivery_id=message.payload.delivery_id, deadline=message.payload.deadline)
+    timers.expire_deadline(delivery_id=message.payload.delivery_id, deadline=message.payload.deadline)
 
 
 @when_unprocessable("deliveries")

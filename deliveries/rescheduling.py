@@ -7,7 +7,8 @@ from django.db import transaction
 
 from deliveries.events import DeliveryRescheduled, Location, priority_of
 from deliveries.models import Customer, Delivery
-from deliveries.services import Status, TooLate, announce, set_timers
+from deliveries.timers import set_timers
+from deliveries.transitions import Status, TooLate, announce
 
 
 class InvalidReschedule(ValueError):

@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from deliveries.services import create_customer
+from deliveries.customers import create_customer
 from drones.services import seed_fleet
 from tests.choreography import Choreography
 

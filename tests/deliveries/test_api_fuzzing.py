@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deliveries.services import create_customer
+from deliveries.customers import create_customer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

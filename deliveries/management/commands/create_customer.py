@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from deliveries.customers import create_customer
 from deliveries.models import Customer
-from deliveries.services import create_customer
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from deliveries.customers import revoke_customer_tokens, rotate_customer_token
 from deliveries.models import Customer
-from deliveries.services import revoke_customer_tokens, rotate_customer_token
 
 
 class Command(BaseCommand):

@@ -1,0 +1,85 @@
+"""Proof of delivery: a task token issued on arrival, redeemed once by whoever confirms, or the
+timer that fails the delivery when nobody does."""
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID, uuid4
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deliveries.events import DeliveryCompleted, DeliveryConfirmationRequested, DeliveryConfirmationTimedOut
+from deliveries.models import Customer, Delivery
+from deliveries.transitions import Status, TooLate, announce, fail, locked
+
+
+def await_confirmation(delivery: Delivery) -> None:
+    delivery.status = Status.AWAITING_CONFIRMATION
+    delivery.confirmation_token_id, delivery.confirmation_token = uuid4(), secrets.token_urlsafe(32)
+    token_id, kind = delivery.confirmation_token_id, delivery.confirmation_required
+    announce(
+        delivery,
+        DeliveryConfirmationRequested(delivery_id=delivery.id, token_id=token_id, confirmation_type=kind),
+    )
+    timeout = timezone.now() + timedelta(seconds=settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS)
+    announce(delivery, DeliveryConfirmationTimedOut(delivery_id=delivery.id, token_id=token_id), at=timeout)
+
+
+class WrongToken(Exception):
+    """Not the delivery's task token (or one already used): nothing changes."""
+
+
+class WrongConfirmationType(ValueError):
+    """The delivery asked for another kind of confirmation."""
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    token: str
+    confirmation_type: str
+    date_time: datetime
+    geo_coordinates: dict | None = None
+    confirmation_blob: str | None = None
+
+
+def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Confirmation) -> Delivery:
+    """Complete a delivery awaiting confirmation with its task token: single-use, bound to this
+    delivery and to the confirmation type it asked for."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
+        if delivery.status != Status.AWAITING_CONFIRMATION:
+            raise TooLate(delivery.status, "confirmed")
+        if not hmac.compare_digest(confirmation.token.encode(), delivery.confirmation_token.encode()):
+            raise WrongToken("not this delivery's confirmation token")
+        if confirmation.confirmation_type != delivery.confirmation_required:
+            raise WrongConfirmationType(
+                f"this delivery asks for {delivery.confirmation_required}, not {confirmation.confirmation_type}"
+            )
+        delivery.status, delivery.confirmation_token = Status.DELIVERED, ""  # used: it opens nothing again
+        delivery.confirmation = {
+            "type": confirmation.confirmation_type,
+            "dateTime": confirmation.date_time.isoformat(),
+            "geoCoordinates": confirmation.geo_coordinates,
+            "blob": confirmation.confirmation_blob,
+            "tokenId": str(delivery.confirmation_token_id),
+        }
+        announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
+        delivery.save()
+        return delivery
+
+
+def confirmation_timed_out(*, delivery_id: UUID, token_id: UUID) -> Delivery | None:
+    """No confirmation in time: failed, and the drone takes the package back (drones context)."""
+    with transaction.atomic():
+        delivery = locked(delivery_id)
+        if delivery is None or delivery.status != Status.AWAITING_CONFIRMATION:
+            return delivery
+        if delivery.confirmation_token_id != token_id:
+            return delivery
+        delivery.confirmation_token = ""
+        fail(delivery, "confirmation_timeout")
+        delivery.save()
+        return delivery

@@ -1,0 +1,38 @@
+"""A delivery in flight: position reports applied in order, then the arrival at the drop-off."""
+
+from uuid import UUID
+
+from django.db import transaction
+
+from deliveries.confirmation import await_confirmation
+from deliveries.events import DeliveryCompleted
+from deliveries.models import Delivery
+from deliveries.transitions import Status, announce, locked
+
+
+def record_position(*, delivery_id: UUID, location: dict) -> Delivery | None:
+    """Apply a position report (its handler is ordered: a stale report never gets here)."""
+    with transaction.atomic():
+        delivery = locked(delivery_id)
+        if delivery is None or delivery.status != Status.IN_TRANSIT:
+            return delivery
+        delivery.last_known_location = location
+        delivery.save()
+        return delivery
+
+
+def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
+    """The drone is at the drop-off: delivered, or, when a confirmation is required, waiting for
+    it with a task token issued and a timer set."""
+    with transaction.atomic():
+        delivery = locked(delivery_id)
+        if delivery is None or delivery.status != Status.IN_TRANSIT:
+            return delivery
+        delivery.last_known_location = location
+        if delivery.confirmation_required == "None":
+            delivery.status = Status.DELIVERED
+            announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
+        else:
+            await_confirmation(delivery)
+        delivery.save()
+        return delivery

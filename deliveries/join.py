@@ -1,0 +1,87 @@
+"""The join: the package's answer and the drone scheduler's, in either order, make a delivery
+dispatched exactly once; the scheduler's "waiting" news puts it in line meanwhile."""
+
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deliveries.events import DeliveryDispatched, DeliveryWaitTimedOut
+from deliveries.models import Delivery
+from deliveries.transitions import Status, announce, locked
+
+
+def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
+    with transaction.atomic():
+        delivery = locked(delivery_id)
+        if delivery is None or delivery.is_terminal:
+            return delivery
+        delivery.package_ready = True
+        dispatch_when_ready(delivery)
+        delivery.save()
+        return delivery
+
+
+def record_drone_scheduled(
+    *,
+    delivery_id: UUID,
+    drone_id: UUID,
+    eta: datetime,
+    pickup_eta: datetime | None = None,
+    round: int = 1,
+    at: datetime | None = None,
+) -> Delivery | None:
+    """A drone is reserved (`at`): the first half of the join, or a new drone after the last was grounded."""
+    with transaction.atomic():
+        delivery = locked(delivery_id)
+        if delivery is None or delivery.is_terminal or round != delivery.schedule_round:
+            return delivery  # the drone context releases it on delivery.failed/cancelled or the reschedule
+        delivery.drone_id, delivery.eta, delivery.pickup_eta = drone_id, eta, pickup_eta
+        delivery.drone_scheduled_at = at or timezone.now()
+        if delivery.status in Delivery.BEFORE_DISPATCH:
+            delivery.status, delivery.status_reason = Status.SCHEDULED, ""
+        dispatch_when_ready(delivery)
+        delivery.save()
+        return delivery
+
+
+def record_waiting(
+    *, delivery_id: UUID, round: int, reason: str, expected_pickup_at: datetime | None
+) -> Delivery | None:
+    """The drone scheduler put the delivery in its line (`reason`: fleet_busy or pickup_planned).
+
+    A delivery without a deadline then gets a timer: it waits at most DELIVERY_MAX_WAIT_SECONDS
+    after its pickup time. One already dispatched whose drone an operator grounded before it took
+    off stays in transit, drone-less, and gets that timer whatever its deadline: the deadline no
+    longer fails a delivery that has left.
+    """
+    with transaction.atomic():
+        delivery = locked(delivery_id)
+        if delivery is None or round != delivery.schedule_round:
+            return delivery
+        if delivery.status in Delivery.BEFORE_DISPATCH:
+            delivery.status, delivery.status_reason = Status.WAITING_FOR_DRONE, reason
+        elif delivery.status != Status.IN_TRANSIT:
+            return delivery
+        delivery.drone_id, delivery.eta, delivery.pickup_eta = None, None, expected_pickup_at
+        if delivery.waiting_since is None:
+            delivery.waiting_since = timezone.now()
+            if delivery.deadline is None or delivery.status == Status.IN_TRANSIT:
+                give_up_at = max(timezone.now(), delivery.pickup_time) + timedelta(
+                    seconds=settings.DELIVERY_MAX_WAIT_SECONDS
+                )
+                announce(delivery, DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), at=give_up_at)
+        delivery.save()
+        return delivery
+
+
+def dispatch_when_ready(delivery: Delivery) -> None:
+    """The join: both halves in, in either order, exactly once."""
+    if delivery.status in Delivery.BEFORE_DISPATCH and delivery.package_ready and delivery.drone_id:
+        delivery.status = Status.IN_TRANSIT
+        announce(
+            delivery,
+            DeliveryDispatched(delivery_id=delivery.id, drone_id=delivery.drone_id, package_id=delivery.package_id),
+        )

@@ -1,0 +1,42 @@
+"""The moves every delivery use case makes: lock the row, fail it, announce on its stream.
+
+Shared by the modules that split the context's services by subject (`services`, `join`,
+`timers`, `flight`, `confirmation`, `rescheduling`); none of them publishes any other way.
+"""
+
+from datetime import datetime
+from uuid import UUID
+
+from deliveries.events import DeliveryFailed
+from deliveries.models import Delivery
+from outbox.publishing import publish
+
+Status = Delivery.Status
+
+
+class TooLate(Exception):
+    """Cancelling and rescheduling are only possible before dispatch."""
+
+    def __init__(self, status: str, change: str):
+        super().__init__(f"a delivery that is {status} can no longer be {change}")
+        self.reason = f"already_{status}"
+
+
+def announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
+    """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
+    announce_about(delivery.id, event, at=at)
+
+
+def announce_about(delivery_id: UUID, event, *, at: datetime | None = None) -> None:
+    publish(event, stream=f"delivery:{delivery_id}", correlation_id=delivery_id, available_at=at)
+
+
+def locked(delivery_id: UUID) -> Delivery | None:
+    return Delivery.objects.select_for_update().filter(id=delivery_id).first()
+
+
+def fail(delivery: Delivery, reason: str) -> None:
+    if delivery.is_terminal:
+        return
+    delivery.status, delivery.status_reason = Status.FAILED, reason
+    announce(delivery, DeliveryFailed(delivery_id=delivery.id, reason=reason))
