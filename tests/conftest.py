@@ -1,7 +1,5 @@
 import os
 import threading
-import time
-from collections.abc import Callable
 
 import dramatiq
 import pytest
@@ -10,8 +8,12 @@ from django.db import connection
 from django.test.testcases import QuietWSGIRequestHandler
 
 from delivery_project.broker import describe, reconnected_if_lost
+from drones.services import seed_fleet
 from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
+from tests.choreography import Choreography
+from tests.factories import BASE, Customer
+from tests.processes import test_database_url
 
 RUNNING_IN_CI = os.environ.get("CI") == "true"
 
@@ -41,19 +43,6 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.ensure_newline()
         reporter.write_line(f"CI=true: {len(skipped)} skipped test(s) fail the run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def wait_until(condition: Callable[[], object], *, timeout: float = 30.0, what: str = "condition"):
-    """Poll `condition` until it is truthy; fail with `what` once `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        pause.wait(0.05)
 
 
 @pytest.fixture(scope="session")
@@ -120,3 +109,34 @@ def start_relay(worker, broker):
 @pytest.fixture
 def system(start_relay):
     start_relay()
+
+
+@pytest.fixture
+def env(transactional_db, broker):
+    """The environment of a process the test starts: this run's database, queues and settings."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": test_database_url(),
+        "STARTED_BY_TESTS": "1",
+    }
+
+
+@pytest.fixture
+def customer(db):
+    return Customer("alice")
+
+
+@pytest.fixture
+def other_customer(db):
+    return Customer("mallory")
+
+
+@pytest.fixture
+def fleet(db):
+    seed_fleet(count=3, latitude=BASE[0], longitude=BASE[1])
+
+
+@pytest.fixture
+def choreography(db):
+    return Choreography()

@@ -4,7 +4,6 @@ from datetime import timedelta
 from uuid import UUID
 
 import pytest
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
@@ -13,33 +12,10 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
-from tests.deliveries.conftest import Customer
-from tests.outbox.conftest import envelope
+from tests.console import act
+from tests.factories import Customer, a_dead_letter
 
 pytestmark = pytest.mark.django_db
-
-
-def a_dead_letter(**overrides) -> DeadLetter:
-    body = envelope()
-    now = timezone.now()
-    fields = {
-        "subscriber": "probe_b",
-        "message_id": body["message_id"],
-        "type": body["type"],
-        "correlation_id": body["correlation_id"],
-        "envelope": body,
-        "reason": "handler_error",
-        "error": "boom",
-        "traceback": "Traceback (most recent call last):\n  boom",
-        "attempts": 4,
-        "first_failed_at": now,
-        "last_failed_at": now,
-    }
-    return DeadLetter.objects.create(**{**fields, **overrides})
-
-
-def act(client, model: str, action: str, ids, **extra):
-    return client.post(f"/admin/{model}/", {"action": action, ACTION_CHECKBOX_NAME: [str(i) for i in ids], **extra})
 
 
 def test_a_customer_token_grants_nothing_in_the_admin(db):

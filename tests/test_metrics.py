@@ -12,8 +12,8 @@ from drones.services import seed_fleet
 from outbox.dispatch import dispatch
 from outbox.models import OutboxMessage
 from outbox.publishing import publish
-from tests.conftest import wait_until
-from tests.deliveries.conftest import BASE, Customer
+from tests.factories import BASE, Customer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-PRODUCT = {"delivery_project", "outbox", "packages", "drones", "deliveries", "notifications"}
+from tests.factories import PRODUCT_PACKAGES
 
 
 def test_the_built_wheel_ships_the_product_and_no_workshop(tmp_path):
@@ -28,7 +28,7 @@ def test_the_built_wheel_ships_the_product_and_no_workshop(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {Path(name).parts[0] for name in names if not Path(name).parts[0].endswith(".dist-info")}
 
-    assert top_level == PRODUCT
+    assert top_level == PRODUCT_PACKAGES
     workshop = [n for n in names if any(w in n for w in ("bench", "chaos", "simulat", "scratch", "harness"))]
     assert workshop == []
     assert "outbox/templates/admin/outbox/overview.html" in names

@@ -13,8 +13,8 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from drones.services import seed_fleet
 from outbox.models import DeadLetter
-from tests.deliveries.conftest import Customer
-from tests.test_admin import a_dead_letter, act
+from tests.console import act
+from tests.factories import Customer, a_dead_letter
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from drones.services import seed_fleet
 from outbox.models import InboxMessage, OutboxMessage
-from tests.conftest import wait_until
-from tests.deliveries.conftest import BASE, delivery_request
+from tests.factories import BASE, delivery_request
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def tracing():
 
 
 def test_one_delivery_is_one_trace_from_the_post_through_every_handler(tracing, system):
-    from tests.deliveries.conftest import Customer
+    from tests.factories import Customer
 
     seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
     alice = Customer("alice")
@@ -90,7 +90,7 @@ def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
 
     from outbox.dead_letter_actions import replay_dead_letter
     from outbox.models import DeadLetter
-    from tests.outbox.conftest import envelope
+    from tests.factories import envelope
 
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     body = {**envelope(), "traceparent": traceparent}
@@ -114,7 +114,7 @@ def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
 
 def test_a_trace_context_that_does_not_fit_is_dropped_not_a_reason_to_refuse_the_message():
     from outbox.envelope import Envelope
-    from tests.outbox.conftest import envelope
+    from tests.factories import envelope
 
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     body = {**envelope(), "traceparent": traceparent, "tracestate": "vendor=" + "x" * 600}

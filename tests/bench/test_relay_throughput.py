@@ -13,7 +13,7 @@ from django.db import connection
 
 from outbox.models import OutboxMessage
 from outbox.relay import Relay
-from tests.outbox.test_relay import in_thread, publish_many
+from tests.outbox.relaying import in_thread, publish_many
 
 pytestmark = pytest.mark.benchmark
 EVENTS = int(os.environ.get("BENCH_EVENTS", "10000"))

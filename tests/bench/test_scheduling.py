@@ -20,7 +20,7 @@ from django.utils import timezone
 from drones import matching, services
 from drones.geography import Point, distance_km, route_km
 from drones.models import Assignment, Drone
-from tests.deliveries.conftest import BASE
+from tests.factories import BASE
 
 pytestmark = pytest.mark.benchmark
 RUNS, CALLS = int(os.environ.get("BENCH_RUNS", "5")), int(os.environ.get("BENCH_CALLS", "100"))

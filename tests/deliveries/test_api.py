@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from deliveries.models import Delivery
 from outbox.models import OutboxMessage
-from tests.deliveries.conftest import delivery_request
+from tests.factories import delivery_request
 
 
 def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(customer):

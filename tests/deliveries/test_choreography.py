@@ -8,13 +8,7 @@ from notifications.models import Notification
 from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, StreamCursor
 from packages.models import Package
-from tests.deliveries.conftest import delivery_request
-
-
-def requested(customer) -> UUID:
-    response = customer.request()
-    assert response.status_code == 202, response.json()
-    return UUID(response.json()["deliveryId"])
+from tests.factories import delivery_request, requested
 
 
 def status(delivery_id) -> str:

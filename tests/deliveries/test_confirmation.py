@@ -11,7 +11,7 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.models import OutboxMessage
 from packages.models import Package
-from tests.deliveries.conftest import delivery_request
+from tests.factories import delivery_request
 
 
 def requested(customer, kind: str = "FingerPrint") -> UUID:

@@ -9,7 +9,7 @@ import pytest
 
 from deliveries.models import Delivery
 from outbox.models import OutboxMessage
-from tests.deliveries.conftest import delivery_request
+from tests.factories import delivery_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

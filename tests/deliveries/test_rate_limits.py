@@ -13,7 +13,7 @@ from django.db import connection
 
 from deliveries.models import Delivery
 from outbox.models import OutboxMessage
-from tests.deliveries.conftest import Customer
+from tests.factories import Customer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from outbox.models import OutboxMessage
-from tests.deliveries.conftest import BASE, delivery_request
+from tests.factories import BASE, delivery_request
 
 NEW_DROPOFF = {"latitude": BASE[0] + 0.02, "longitude": BASE[1] - 0.02, "altitude": 10.0}
 

@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 
 from outbox.dispatch import dispatch
 from outbox.models import OutboxMessage
-from tests.deliveries.test_choreography import requested
+from tests.factories import requested
 
 pytestmark = pytest.mark.django_db
 

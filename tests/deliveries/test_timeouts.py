@@ -9,7 +9,7 @@ from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from outbox.models import OutboxMessage
 from packages.models import Package
-from tests.deliveries.conftest import delivery_request
+from tests.factories import delivery_request
 
 
 def requested(customer, **overrides) -> UUID:

@@ -11,7 +11,7 @@ from drones.models import Drone
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from packages.models import Package
-from tests.deliveries.test_choreography import requested
+from tests.factories import requested
 
 DELIVERIES = Delivery._meta.db_table
 

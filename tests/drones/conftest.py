@@ -1,7 +1,7 @@
 import pytest
 
 from drones.services import seed_fleet
-from tests.deliveries.conftest import BASE, choreography, customer, fleet, other_customer  # noqa: F401 (fixtures)
+from tests.factories import BASE
 
 
 @pytest.fixture

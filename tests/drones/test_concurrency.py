@@ -20,7 +20,7 @@ from django.utils import timezone
 from drones import matching, scheduling, services
 from drones.geography import Point
 from drones.models import Assignment, Drone
-from tests.deliveries.conftest import BASE
+from tests.factories import BASE
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

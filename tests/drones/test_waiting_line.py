@@ -12,7 +12,7 @@ from drones.models import Assignment, Drone
 from drones.scheduling import HEAD_OF_LINE, rank
 from outbox.models import OutboxMessage
 from packages.models import Package
-from tests.deliveries.conftest import BASE, delivery_request
+from tests.factories import BASE, delivery_request
 
 
 def requested(customer, **overrides) -> UUID:
@@ -152,7 +152,7 @@ def test_a_pickup_twenty_minutes_ahead_is_planned_and_no_drone_is_held_for_it(cu
 
 
 def test_a_future_pickup_waits_for_its_time_then_flies_no_earlier(customer, fleet, choreography, settings):
-    from tests.conftest import wait_until
+    from tests.waiting import wait_until
 
     settings.DRONE_PICKUP_MARGIN_SECONDS = 0.5
     pickup = timezone.now() + timedelta(seconds=2)
@@ -348,7 +348,7 @@ def test_what_no_drone_could_ever_fly_fails_at_once_even_with_the_fleet_busy(
 def test_a_delivery_dispatched_before_its_drone_was_grounded_is_flown_even_past_its_deadline(
     customer, one_drone, choreography
 ):
-    from tests.conftest import wait_until
+    from tests.waiting import wait_until
 
     deadline = timezone.now() + timedelta(seconds=1)
     delivery_id = scheduled(customer, choreography, deadline=deadline.isoformat())  # in transit for deliveries

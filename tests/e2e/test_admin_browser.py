@@ -12,9 +12,9 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from outbox.models import DeadLetter
-from tests.conftest import wait_until
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -12,10 +12,12 @@ from django.db import connection
 
 from deliveries.models import Delivery
 from drones.services import seed_fleet
-from tests.conftest import wait_until
-from tests.deliveries.conftest import BASE, Customer, delivery_request
-from tests.e2e.test_processes import MANAGE, env  # noqa: F401 (fixture)
-from tests.e2e.test_run_all import a_free_port
+from tests.factories import BASE, Customer, delivery_request
+from tests.processes import (
+    MANAGE,  # noqa: F401 (fixture)
+    a_free_port,
+)
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -46,11 +48,11 @@ def post(url: str, token: str, body: dict, key: str) -> tuple[int, dict, dict | 
         return error.code, dict(error.headers), json.loads(text) if "json" in error.headers["Content-Type"] else text
 
 
-def started(env, *command) -> subprocess.Popen:  # noqa: F811
+def started(env, *command) -> subprocess.Popen:
     return subprocess.Popen([*MANAGE, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_a_database_restart_answers_503_meanwhile_and_everything_reconnects_by_itself(env):  # noqa: F811
+def test_a_database_restart_answers_503_meanwhile_and_everything_reconnects_by_itself(env):
     seed_fleet(count=3, latitude=BASE[0], longitude=BASE[1])
     token, port = Customer("alice").token, a_free_port()
     url = f"http://127.0.0.1:{port}/api/deliveryrequests"

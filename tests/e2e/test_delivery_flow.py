@@ -15,8 +15,8 @@ from drones.services import seed_fleet
 from notifications.models import Notification
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relay import Relay
-from tests.conftest import wait_until
-from tests.deliveries.conftest import BASE, Customer, delivery_request
+from tests.factories import BASE, Customer, delivery_request
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

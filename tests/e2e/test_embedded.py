@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.deliveries.conftest import BASE
-from tests.e2e.test_processes import MANAGE
-from tests.e2e.test_run_all import a_free_port, answers, post_delivery_request
+from tests.factories import BASE
+from tests.processes import MANAGE, a_free_port, answers, post_delivery_request
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -1,44 +1,17 @@
 """The documented commands, as separate processes: workers, relay --once, relay stopped by SIGTERM."""
 
-import os
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from outbox.models import OutboxMessage
-from tests.conftest import wait_until
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.processes import MANAGE
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-MANAGE = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-
-
-def test_database_url() -> str:
-    """The URL of pytest-django's throwaway database, for the subprocesses."""
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-test_database_url.__test__ = False
-
-
-@pytest.fixture
-def env(transactional_db, broker):
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": test_database_url(),
-        "STARTED_BY_TESTS": "1",
-    }
 
 
 @pytest.fixture

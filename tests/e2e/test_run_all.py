@@ -1,8 +1,6 @@
 """`./dev up` (run_all): web, relay and workers as processes that serve requests and stop together."""
 
-import json
 import signal
-import socket
 import subprocess
 import threading
 import urllib.error
@@ -13,26 +11,16 @@ import pytest
 from django.db import connection
 
 from outbox.models import InboxMessage
-from tests.conftest import wait_until
-from tests.deliveries.conftest import Customer, delivery_request
-from tests.e2e.test_processes import MANAGE, env  # noqa: F401 (fixture)
+from tests.factories import Customer
+from tests.processes import (
+    MANAGE,  # noqa: F401 (fixture)
+    a_free_port,
+    answers,
+    post_delivery_request,
+)
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def a_free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def answers(url: str, token: str | None = None) -> int | None:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status
-    except OSError:
-        return None
 
 
 def connections_to_this_database() -> int:
@@ -62,7 +50,7 @@ class ConnectionSampler(threading.Thread):
 POOL, WORKER_PROCESSES, THREADS = 4, 2, 8
 
 
-def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_ctrl_c(env):  # noqa: F811
+def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_ctrl_c(env):
     port, token = a_free_port(), Customer("alice").token
     system = subprocess.Popen(
         [
@@ -115,22 +103,6 @@ def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_c
         budget = (1 + 1 + WORKER_PROCESSES) * POOL + 1 + 1
         assert sampler.samples > 10
         assert 0 < sampler.peak <= budget, f"{sampler.peak} connections at the peak, budget {budget}"
-
-
-def post_delivery_request(port: int, token: str) -> int | None:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/deliveryrequests",
-        data=json.dumps(delivery_request()).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
 
 
 def delivery_requests_handled() -> int:

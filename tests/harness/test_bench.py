@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.test_processes import MANAGE
+from tests.processes import MANAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

@@ -8,8 +8,7 @@ import subprocess
 import pytest
 
 from harness.chaos import KINDS
-from tests.e2e.test_processes import MANAGE
-from tests.e2e.test_run_all import a_free_port
+from tests.processes import MANAGE, a_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

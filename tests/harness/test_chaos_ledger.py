@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from harness.chaos import Ledger, plan_faults
 from outbox.models import InboxMessage, OutboxMessage
-from tests.test_admin import a_dead_letter
+from tests.factories import a_dead_letter
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from deliveries.models import Delivery
 from drones.models import Assignment
 from drones.services import seed_fleet
-from tests.deliveries.conftest import BASE
+from tests.factories import BASE
 
 pytestmark = pytest.mark.integration
 

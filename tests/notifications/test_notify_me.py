@@ -11,7 +11,7 @@ from notifications.models import Notification, NotifyMeRequest, SentMessage
 from outbox.dead_letter_actions import replay_dead_letter
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
-from tests.deliveries.conftest import delivery_request
+from tests.factories import delivery_request
 
 EMAIL, PHONE = "alice@example.com", "+14255550123"
 SENT_SMS: list[tuple[str, str]] = []

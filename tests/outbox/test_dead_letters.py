@@ -8,9 +8,9 @@ from django.core.management.base import CommandError
 from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relay import Relay
-from tests.conftest import wait_until
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping, request_undo
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -236,7 +236,7 @@ def test_a_handler_stopped_by_the_time_limit_is_dead_lettered_like_any_failure(w
     from dramatiq.middleware import TimeLimit
 
     from outbox.subscriptions import message_to
-    from tests.outbox.conftest import envelope
+    from tests.factories import envelope
 
     time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
     if not time_limit.manager.is_alive():

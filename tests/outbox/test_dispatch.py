@@ -4,9 +4,9 @@ import pytest
 from django.conf import settings
 
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from tests.conftest import wait_until
-from tests.outbox.conftest import envelope
+from tests.factories import envelope
 from tests.probe.models import Effect
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

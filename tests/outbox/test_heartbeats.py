@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from drones.services import seed_fleet
 from outbox.models import Heartbeat
-from tests.conftest import wait_until
-from tests.deliveries.conftest import BASE, Customer
+from tests.factories import BASE, Customer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

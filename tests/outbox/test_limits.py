@@ -10,10 +10,10 @@ from django.core.exceptions import ImproperlyConfigured
 from outbox import limits
 from outbox.models import DeadLetter
 from outbox.relay import Relay
-from tests.conftest import wait_until
 from tests.probe import handlers
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

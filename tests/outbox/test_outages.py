@@ -9,10 +9,10 @@ from django.conf import settings
 from harness.chaos import close_every_broker_connection
 from outbox.models import OutboxMessage
 from outbox.relay import Relay
-from tests.conftest import wait_until
-from tests.outbox.test_relay import effects_per_message, in_thread
+from tests.outbox.relaying import effects_per_message, in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

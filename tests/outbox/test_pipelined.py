@@ -12,11 +12,11 @@ from outbox.models import OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher
 from outbox.relay import BrokerUnavailable, Relay
 from outbox.subscriptions import queue_name
-from tests.conftest import wait_until
-from tests.outbox.test_relay import broker_behind, effects_per_message, in_thread, published_count
+from tests.outbox.relaying import broker_behind, effects_per_message, in_thread, published_count
 from tests.probe.models import Effect
 from tests.probe.services import ping
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

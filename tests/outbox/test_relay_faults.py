@@ -11,10 +11,10 @@ from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
 from outbox.dead_letters import record_dead_letter
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
-from tests.conftest import wait_until
-from tests.outbox.test_relay import in_thread
+from tests.outbox.relaying import in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relay import Relay
 from outbox.subscriptions import queue_name
 from outbox.sweep import sweep_unacknowledged
-from tests.conftest import wait_until
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,92 @@
+"""What tests build again and again: a valid request body, an API customer, an envelope, a dead letter."""
+
+import uuid
+from datetime import timedelta
+from uuid import UUID
+
+from django.test import Client
+from django.utils import timezone
+
+from deliveries.customers import create_customer
+from outbox.models import DeadLetter
+
+# What ships in the wheel: the deployable, the kernel and the contexts.
+PRODUCT_PACKAGES = frozenset({"delivery_project", "outbox", "packages", "drones", "deliveries", "notifications"})
+
+BASE = (47.6205, -122.3493)
+
+
+def delivery_request(**overrides) -> dict:
+    """A valid Fabrikam ingestion body, near the test fleet's base."""
+    body = {
+        "pickupLocation": {"latitude": BASE[0] + 0.01, "longitude": BASE[1], "altitude": 0},
+        "dropOffLocation": {"latitude": BASE[0] - 0.01, "longitude": BASE[1] + 0.01},
+        "pickupTime": timezone.now().isoformat(),
+        "deadline": (timezone.now() + timedelta(hours=2)).isoformat(),
+        "expedited": False,
+        "confirmationRequired": "None",
+        "packageInfo": {"size": "Small", "weight": 1.5, "tag": "books"},
+    }
+    body.update(overrides)
+    return body
+
+
+class Customer:
+    """A customer with a token, calling the API through Django's test client."""
+
+    def __init__(self, name: str):
+        self.customer, self.token = create_customer(name=name)
+        self.client = Client(headers={"Authorization": f"Bearer {self.token}"})
+
+    def request(self, body: dict | None = None, **headers):
+        return self.client.post(
+            "/api/deliveryrequests", body or delivery_request(), content_type="application/json", headers=headers
+        )
+
+    def get(self, path: str):
+        return self.client.get(f"/api{path}")
+
+    def cancel(self, delivery_id):
+        return self.client.delete(f"/api/deliveryrequests/{delivery_id}")
+
+
+def envelope(**overrides) -> dict:
+    """A well-formed probe.pinged envelope, as the relay would send it."""
+    body = {
+        "message_id": str(uuid.uuid4()),
+        "type": "probe.pinged",
+        "version": 1,
+        "occurred_at": timezone.now().isoformat(),
+        "correlation_id": str(uuid.uuid4()),
+        "causation_id": None,
+        "stream": "ping:test",
+        "sequence": 1,
+        "hops": 0,
+        "payload": {"n": 1, "fail": {}},
+    }
+    return {**body, **overrides}
+
+
+def a_dead_letter(**overrides) -> DeadLetter:
+    body = envelope()
+    now = timezone.now()
+    fields = {
+        "subscriber": "probe_b",
+        "message_id": body["message_id"],
+        "type": body["type"],
+        "correlation_id": body["correlation_id"],
+        "envelope": body,
+        "reason": "handler_error",
+        "error": "boom",
+        "traceback": "Traceback (most recent call last):\n  boom",
+        "attempts": 4,
+        "first_failed_at": now,
+        "last_failed_at": now,
+    }
+    return DeadLetter.objects.create(**{**fields, **overrides})
+
+
+def requested(customer) -> UUID:
+    response = customer.request()
+    assert response.status_code == 202, response.json()
+    return UUID(response.json()["deliveryId"])

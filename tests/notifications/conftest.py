@@ -1,1 +1,0 @@
-from tests.deliveries.conftest import choreography, customer, fleet, other_customer  # noqa: F401
