@@ -68,8 +68,9 @@ class OutboxMessage(models.Model):
     def __str__(self):
         return f"{self.type} v{self.version} {self.message_id}"
 
-    def envelope(self) -> dict:
-        """The wire form, exactly as the envelope table of docs/architecture.md."""
+    def envelope(self, *, traced: bool = True) -> dict:
+        """The wire form, exactly as the envelope table of docs/architecture.md; `traced=False`
+        leaves out the trace context (a dead letter for a row whose trace context is unusable)."""
         return {
             "message_id": str(self.message_id),
             "type": self.type,
@@ -81,7 +82,7 @@ class OutboxMessage(models.Model):
             "sequence": self.sequence,
             "hops": self.hops,
             "payload": self.payload,
-            **self.trace_context,
+            **(self.trace_context if traced else {}),
         }
 
 

@@ -12,12 +12,20 @@ properties (persistent, `mandatory`), so Dramatiq's workers consume it unchanged
 The guarantee stays the relay's: a row counts as sent only when every copy of it was acked.
 A nacked or returned (unroutable) copy, a dropped connection or a confirm that never comes
 leaves the row unsent, to be sent again; the inboxes absorb the copies that did arrive.
+
+Bookkeeping is per copy, by delivery tag, never by message id: every copy of a row shares the
+event's id, so a lookup by id loses a copy's return once a sibling copy was acked. RabbitMQ sends
+a copy's `basic.return` before that copy's ack, and processes a channel's publishes in order, so
+a return belongs to the earliest unconfirmed copy with its message id and queue. Keys are the
+relay's (row, claim): copies of an older claim of the same row never count for a newer one.
+Delivery tags belong to one channel; when it closes, every copy unconfirmed on it is lost.
 """
 
 import contextlib
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -43,6 +51,22 @@ class Outcome:
     confirmed: set[Hashable] = field(default_factory=set)
     refused: set[Hashable] = field(default_factory=set)
     error: Exception | None = None
+    # Of a refused key, the queues whose copy the broker did take (acked): they need nothing more.
+    acked: dict[Hashable, set[str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Copy:
+    """One message in flight on the channel, known by its delivery tag."""
+
+    key: Hashable
+    message_id: str
+    queue: str
+    returned: bool = False
+
+
+class ChannelLost(pika.exceptions.AMQPChannelError):
+    """The channel closed with copies unconfirmed on it: their delivery tags mean nothing any more."""
 
 
 class PipelinedPublisher:
@@ -60,11 +84,13 @@ class PipelinedPublisher:
         self._next_tag = 1
 
     def _forget(self) -> None:
-        self._pending: dict[int, Hashable] = {}  # delivery tag -> key
-        self._key_of: dict[str, Hashable] = {}  # message id -> key, for returns
+        self._pending: dict[int, _Copy] = {}  # delivery tag -> the copy sent under it
+        self._tags_of: dict[tuple[str, str], deque[int]] = {}  # (message id, queue) -> unconfirmed tags, in order
         self._copies_left: dict[Hashable, int] = {}  # key -> copies not yet acked
+        self._acked: dict[Hashable, set[str]] = {}  # key -> queues whose copy was acked
         self._refused: set[Hashable] = set()
         self._error: Exception | None = None
+        self._channel_closed: Exception | None = None  # the broker closed the channel: why
         self._last_progress = time.monotonic()
 
     @property
@@ -93,8 +119,8 @@ class PipelinedPublisher:
                     if len(self._pending) >= self.window:
                         self._wait(lambda: len(self._pending) < self.window)
                     elif sent % FLUSH_EVERY == 0:
-                        self.connection.process_data_events(time_limit=0)  # write out, read confirms
-            self.connection.process_data_events(time_limit=0)
+                        self._process(time_limit=0)  # write out, read confirms
+            self._process(time_limit=0)
         except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
             self._lost(error)
 
@@ -104,7 +130,7 @@ class PipelinedPublisher:
         key still outstanding is then forgotten: its row is to be sent again)."""
         if self._error is None and self._pending:
             try:
-                self.connection.process_data_events(time_limit=wait)
+                self._process(time_limit=wait)
                 if time.monotonic() - self._last_progress > CONFIRM_TIMEOUT_SECONDS:
                     raise TimeoutError(f"no confirm for {CONFIRM_TIMEOUT_SECONDS} s, {len(self._pending)} missing")
             except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
@@ -113,6 +139,9 @@ class PipelinedPublisher:
         outcome.confirmed = {k for k, left in self._copies_left.items() if left <= 0} - outcome.refused
         for key in outcome.confirmed | outcome.refused:
             del self._copies_left[key]
+            acked = self._acked.pop(key, set())
+            if key in outcome.refused:
+                outcome.acked[key] = acked
         self._refused -= outcome.refused
         if outcome.error is not None:
             self._forget()
@@ -138,46 +167,79 @@ class PipelinedPublisher:
             self.broker.declare_queue(message.queue_name, ensure=True)  # with Dramatiq's own arguments
             self._declared.add(message.queue_name)
         self.broker.emit_before("enqueue", message, None)
-        self._pending[self._next_tag] = (key, message.message_id)
-        self._key_of[message.message_id] = key
+        self._pending[self._next_tag] = _Copy(key, message.message_id, message.queue_name)
+        self._tags_of.setdefault((message.message_id, message.queue_name), deque()).append(self._next_tag)
         self._next_tag += 1
         self.channel._impl.basic_publish(
             exchange="",
             routing_key=message.queue_name,
             body=message.encode(),
-            properties=pika.BasicProperties(delivery_mode=2, priority=message.options.get("broker_priority")),
+            properties=self._properties(message),
             mandatory=True,
         )
         self.broker.emit_after("enqueue", message, None)
+
+    def _properties(self, message: dramatiq.Message) -> pika.BasicProperties:
+        """Those of Dramatiq's own enqueue: persistent, with the message's priority."""
+        return pika.BasicProperties(delivery_mode=2, priority=message.options.get("broker_priority"))
 
     def _wait(self, done) -> None:
         deadline = time.monotonic() + CONFIRM_TIMEOUT_SECONDS
         while not done():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(self._pending)} confirms still missing after {CONFIRM_TIMEOUT_SECONDS} s")
-            self.connection.process_data_events(time_limit=0.05)
+            self._process(time_limit=0.05)
+
+    def _process(self, *, time_limit: float) -> None:
+        """Write out and read in; a channel the broker closed meanwhile lost every copy on it."""
+        self.connection.process_data_events(time_limit=time_limit)
+        if self._channel_closed is not None:
+            raise self._channel_closed
+
+    def _on_channel_closed(self, channel, reason: Exception) -> None:
+        """The broker closed our channel (a copy it will not take: over its max_message_size, an
+        invalid property): confirms for what was in flight on it will never come."""
+        if isinstance(reason, pika.exceptions.ChannelClosedByBroker):
+            self._channel_closed = reason
 
     def _on_confirm(self, frame) -> None:
         method = frame.method
-        tags = [t for t in self._pending if t <= method.delivery_tag] if method.multiple else [method.delivery_tag]
+        tags = [method.delivery_tag]
+        if method.multiple:
+            tags = sorted(t for t in self._pending if t <= method.delivery_tag)
         self._last_progress = time.monotonic()
+        acked = isinstance(method, pika.spec.Basic.Ack)
         for tag in tags:
-            key, message_id = self._pending.pop(tag, (None, None))
-            self._key_of.pop(message_id, None)
-            if key is None:
+            copy = self._pending.pop(tag, None)
+            if copy is None:
                 continue
-            if isinstance(method, pika.spec.Basic.Ack):
-                if key in self._copies_left:
-                    self._copies_left[key] -= 1
+            siblings = self._tags_of.get((copy.message_id, copy.queue))
+            if siblings is not None:
+                with contextlib.suppress(ValueError):
+                    siblings.remove(tag)
+                if not siblings:
+                    del self._tags_of[(copy.message_id, copy.queue)]
+            if acked and not copy.returned:
+                if copy.key in self._copies_left:
+                    self._copies_left[copy.key] -= 1
+                    self._acked.setdefault(copy.key, set()).add(copy.queue)
             else:
-                self._refused.add(key)
+                self._refused.add(copy.key)  # a nack, or the ack of a copy that came back unrouted
 
     def _on_return(self, channel, method, properties, body) -> None:
-        """An unroutable copy (its queue is gone) is returned before its ack: its row stays unsent."""
+        """An unroutable copy (its queue is gone, or its node is down) comes back before its own ack:
+        its row stays unsent, whatever its sibling copies' acks say."""
+        # Its queue is not declared again from here: Dramatiq's broker remembers it as declared,
+        # and in a cluster the declaration fails as long as the queue's node is down. The workers
+        # declare their queues when they start; until then the row is refused, sent again one lease
+        # later and, after OUTBOX_RELAY_MAX_SEND_ATTEMPTS, set aside as `unsendable` letters.
         message_id = dramatiq.Message.decode(body).message_id
-        self._declared.discard(method.routing_key)  # declare it again before the next copy
-        if message_id in self._key_of:
-            self._refused.add(self._key_of[message_id])
+        for tag in self._tags_of.get((message_id, method.routing_key), ()):
+            copy = self._pending[tag]
+            if not copy.returned:
+                copy.returned = True
+                self._refused.add(copy.key)
+                break
         logger.warning("broker returned %s for queue %s: %s", message_id, method.routing_key, method.reply_text)
 
     def _open(self) -> None:
@@ -185,11 +247,15 @@ class PipelinedPublisher:
             try:
                 # While the relay slept nobody answered the broker's heartbeats: it may have
                 # closed the connection. Reading what is pending tells, and answers them.
-                self.connection.process_data_events(time_limit=0)
+                self._process(time_limit=0)
                 return
             except (pika.exceptions.AMQPError, OSError):
                 if self._pending:
                     raise  # copies in flight on it are lost: the relay must hear of it
+        if self._pending:
+            # The broker closed the channel (or its connection) under copies still unconfirmed:
+            # the tags of a new channel start at 1 again and would be taken for theirs.
+            raise ChannelLost(f"the channel closed with {len(self._pending)} copies unconfirmed")
         self.close()
         self.connection = pika.BlockingConnection(self.parameters)
         self.channel = self.connection.channel()
@@ -198,8 +264,10 @@ class PipelinedPublisher:
         confirming = []
         self.channel._impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=confirming.append)
         self.channel._impl.add_on_return_callback(self._on_return)
-        self._wait(lambda: confirming)
+        self.channel._impl.add_on_close_callback(self._on_channel_closed)
+        self._channel_closed = None
         self._next_tag = 1
+        self._wait(lambda: confirming)
 
     def close(self) -> None:
         connection, self.connection, self.channel = self.connection, None, None

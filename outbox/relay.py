@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import dramatiq
+import pika
 import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
@@ -38,7 +39,7 @@ from outbox.dead_letters import Reason, record_dead_letter
 from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
-from outbox.subscriptions import message_to, subscribers_of
+from outbox.subscriptions import message_to, queue_name, subscribers_of
 from outbox.sweep import sweep_unacknowledged
 
 logger = logging.getLogger(__name__)
@@ -57,9 +58,17 @@ class BrokerRefused(Exception):
 
 
 class _SendFailed(Exception):
-    def __init__(self, row: OutboxMessage, error: Exception):
+    """A row that failed to send, and the subscribers whose copy got through all the same."""
+
+    def __init__(self, row: OutboxMessage, error: Exception, *, delivered_to: frozenset[str] = frozenset()):
         super().__init__(f"{type(error).__name__}: {error}")
-        self.row, self.error = row, error
+        self.row, self.error, self.delivered_to = row, error, delivered_to
+
+
+def _key(row: OutboxMessage) -> tuple[int, str]:
+    """A row as the publisher tracks it: one claim of it. Copies sent under an older claim (its
+    lease ran out while they awaited their confirms) never count for a newer one."""
+    return row.id, row.claimed_by
 
 
 class Relay:
@@ -93,8 +102,8 @@ class Relay:
             return 0
         if self.publisher is None:
             outcome, suspects = self._send_one_by_one(rows)
-            failed = {suspect.row.id for suspect in suspects}
-            return self._settle({row.id: row for row in rows if row.id not in failed}, outcome, suspects)
+            failed = {_key(suspect.row) for suspect in suspects}
+            return self._settle({_key(row): row for row in rows if _key(row) not in failed}, outcome, suspects)
         in_flight, suspects = self._start(rows)
         try:
             return self._settle(in_flight, self.publisher.finish(), suspects)
@@ -120,7 +129,7 @@ class Relay:
         after its handler ran: a relay that waited for each batch's confirms before claiming
         the next would hold every event that commits meanwhile for a handler's duration.
         """
-        in_flight: dict[int, OutboxMessage] = {}
+        in_flight: dict[tuple[int, str], OutboxMessage] = {}
         total = 0
         try:
             while True:
@@ -138,19 +147,52 @@ class Relay:
         finally:
             self._release(list(in_flight.values()))  # stopped by an error: claimed, not sent
 
-    def _start(self, rows: list[OutboxMessage]) -> tuple[dict[int, OutboxMessage], list[_SendFailed]]:
+    def _start(self, rows: list[OutboxMessage]) -> tuple[dict[tuple[int, str], OutboxMessage], list[_SendFailed]]:
         """Put the rows in flight; a row that cannot even be encoded is a suspect instead."""
         in_flight, suspects, batch = {}, [], []
         for row in rows:
             with self._span(row):
                 try:
-                    envelope = row.envelope()
-                    batch.append((row.id, [message_to(subscriber, envelope) for subscriber in self.recipients(row)]))
-                    in_flight[row.id] = row
+                    batch.append((_key(row), self._copies(row)))
+                    in_flight[_key(row)] = row
                 except Exception as error:
                     suspects.append(_SendFailed(row, error))
         self.publisher.start(batch)
         return in_flight, suspects
+
+    def _copies(self, row: OutboxMessage) -> list[dramatiq.Message]:
+        envelope = row.envelope()
+        return [message_to(subscriber, envelope) for subscriber in self.recipients(row)]
+
+    def _isolate(self, rows: list[OutboxMessage]) -> tuple[list[OutboxMessage], list[_SendFailed], list, Exception]:
+        """The broker closed the channel over a copy it will not take (over its max_message_size,
+        say), and every copy unconfirmed on the channel was lost with it: no confirm tells which row
+        it was. Send the rows again in halves until the one that closes the channel is alone; only
+        that row is a suspect. Returns what was sent, the suspects, and, should the broker be lost
+        meanwhile, the rows not yet resolved with the error."""
+        sent, suspects, groups = [], [], [rows]
+        while groups:
+            group = groups.pop()
+            unresolved = {_key(row): row for row in group}
+            outcome = self.publisher.publish([(key, self._copies(row)) for key, row in unresolved.items()])
+            sent += [unresolved.pop(key) for key in outcome.confirmed if key in unresolved]
+            for key in outcome.refused & unresolved.keys():
+                row = unresolved.pop(key)
+                suspects.append(self._refusal(row, outcome.acked.get(key, set())))
+            if not unresolved:
+                continue
+            if not isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker):
+                return sent, suspects, [*unresolved.values(), *(row for g in groups for row in g)], outcome.error
+            if len(unresolved) == 1:
+                suspects.append(_SendFailed(next(iter(unresolved.values())), outcome.error))
+            else:
+                left = list(unresolved.values())
+                groups += [left[: len(left) // 2], left[len(left) // 2 :]]
+        return sent, suspects, [], None
+
+    def _refusal(self, row: OutboxMessage, acked_queues: set[str]) -> _SendFailed:
+        delivered = frozenset(s for s in self.recipients(row) if queue_name(s) in acked_queues)
+        return _SendFailed(row, BrokerRefused("the broker refused a copy"), delivered_to=delivered)
 
     def _beat_if_due(self) -> None:
         """The heartbeat, every OUTBOX_HEARTBEAT_SECONDS; failing to write it is no outage of the relay."""
@@ -171,12 +213,21 @@ class Relay:
         attributes = {"message_id": str(row.message_id), "messaging.event_type": row.type}
         return tracing.following(row.trace_context, f"relay {row.type}", kind=SpanKind.PRODUCER, attributes=attributes)
 
-    def _settle(self, in_flight: dict[int, OutboxMessage], outcome: Outcome, suspects: list[_SendFailed]) -> int:
+    def _settle(self, in_flight: dict, outcome: Outcome, suspects: list[_SendFailed]) -> int:
         """Mark the rows the broker confirmed; a refused row is a suspect, kept leased or set
-        aside. An error releases everything still in flight, uncounted."""
+        aside. An error releases everything still in flight, uncounted, except when the broker
+        closed the channel over one row: that row is found and counted (see `_isolate`)."""
         sent = [in_flight.pop(key) for key in outcome.confirmed if key in in_flight]
-        refused = [in_flight.pop(key) for key in outcome.refused if key in in_flight]
-        suspects = suspects + [_SendFailed(row, BrokerRefused("the broker refused a copy")) for row in refused]
+        refused = [(key, in_flight.pop(key)) for key in outcome.refused if key in in_flight]
+        suspects = suspects + [self._refusal(row, outcome.acked.get(key, set())) for key, row in refused]
+        if isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker) and in_flight:
+            logger.warning(
+                "the broker closed the channel (%s): sending %d rows again in halves", outcome.error, len(in_flight)
+            )
+            more_sent, more_suspects, lost, error = self._isolate(list(in_flight.values()))
+            in_flight.clear()
+            in_flight.update({_key(row): row for row in lost})
+            sent, suspects, outcome = sent + more_sent, suspects + more_suspects, Outcome(error=error)
         try:
             if sent:
                 self.last_success = time.monotonic()
@@ -204,16 +255,17 @@ class Relay:
         broker of another kind); a broker error stops the batch there."""
         outcome, suspects, streak = Outcome(), [], 0
         for row in rows:
+            delivered_to: set[str] = set()
             try:
-                self.send(row)
+                self.send(row, delivered_to=delivered_to)
             except Exception as error:
                 if isinstance(error, _BROKER_ERRORS) or streak:
                     outcome.error = error  # rows fail one after another: the broker's trouble, not a row's
                     break
-                suspects.append(_SendFailed(row, error))
+                suspects.append(_SendFailed(row, error, delivered_to=frozenset(delivered_to)))
                 streak += 1
                 continue
-            outcome.confirmed.add(row.id)
+            outcome.confirmed.add(_key(row))
             streak = 0
         return outcome, suspects
 
@@ -255,11 +307,14 @@ class Relay:
         )
         return sorted(rows, key=lambda row: row.id)
 
-    def send(self, row: OutboxMessage) -> None:
-        """Enqueue one copy per subscriber; returns once the broker has confirmed each."""
+    def send(self, row: OutboxMessage, *, delivered_to: set[str] | None = None) -> None:
+        """Enqueue one copy per subscriber; returns once the broker has confirmed each (adding
+        each subscriber to `delivered_to` as its copy is taken)."""
         envelope = row.envelope()
         for subscriber in self.recipients(row):
             self.broker.enqueue(message_to(subscriber, envelope))
+            if delivered_to is not None:
+                delivered_to.add(subscriber)
 
     def recipients(self, row: OutboxMessage) -> list[str]:
         """Those decided at publish time; rows written before they were recorded fall back to the registry."""
@@ -286,11 +341,17 @@ class Relay:
         logger.warning("relay could not send %s (attempt %d): %s", row, row.send_attempts, failure)
         if row.send_attempts < settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS:
             return  # tried again when its lease expires
+        try:
+            body = row.envelope()
+        except Exception:
+            body = row.envelope(traced=False)  # what broke it (its trace context) stays out of the letter
         with transaction.atomic():
             for subscriber in self.recipients(row):
+                if subscriber in failure.delivered_to:
+                    continue  # its copy got through: there is nothing to replay to it
                 record_dead_letter(
                     subscriber=subscriber,
-                    body=row.envelope(),
+                    body=body,
                     reason=Reason.UNSENDABLE,
                     error=failure.error,
                     attempts=row.send_attempts,

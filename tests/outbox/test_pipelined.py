@@ -3,12 +3,17 @@ leave the unconfirmed rows unsent, and sending them again takes effect once."""
 
 import subprocess
 import threading
+import uuid
 from urllib.parse import urlsplit
 
+import dramatiq
 import pytest
 from django.conf import settings
+from django.utils import timezone
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import dq_name, xq_name
 
-from outbox.models import OutboxMessage
+from outbox.models import DeadLetter, OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher
 from outbox.relay import BrokerUnavailable, Relay
 from outbox.subscriptions import queue_name
@@ -162,3 +167,76 @@ def test_a_row_committed_while_earlier_copies_await_their_confirms_is_sent_at_on
     assert not draining.is_alive()
     assert published_count() == 2
     assert effects_per_message() == {1: 4}
+
+
+def copy_to(queue: str, message_id: str) -> dramatiq.Message:
+    return dramatiq.Message(queue_name=queue, actor_name="x", args=(), kwargs={}, options={}, message_id=message_id)
+
+
+def test_a_copy_the_broker_returns_never_counts_as_delivered_whatever_its_siblings_acks():
+    """2,000 rows, each one copy to a live queue and one to a deleted queue (returned as unroutable):
+    every copy of a row shares the event's message id, and a sibling's ack must not hide a return."""
+    live, dead = f"{settings.OUTBOX_QUEUE_PREFIX}returns-live", f"{settings.OUTBOX_QUEUE_PREFIX}returns-dead"
+    broker = RabbitmqBroker(url=settings.BROKER_URL, confirm_delivery=True, middleware=[])  # no worker reads it
+    for queue in (live, dead):
+        broker.declare_queue(queue, ensure=True)
+    broker.channel.queue_delete(dead)  # the broker object still believes it declared
+    # The live queue drops what it is given: its copies are acked at once, often before the
+    # return of the sibling copy sent after them arrives (the interleaving that hid returns).
+    rabbitmqctl("set_policy", "--apply-to", "queues", live, f"^{live}$", '{"max-length":0}')
+    publisher = PipelinedPublisher(broker)
+    batch = []
+    for key in range(2000):
+        message_id = str(uuid.uuid4())
+        to = [live, dead] if key % 2 else [dead, live]  # both orders of the live and the returned copy
+        batch.append((key, [copy_to(queue, message_id) for queue in to]))
+    try:
+        outcome = publisher.publish(batch)
+    finally:
+        publisher.close()
+        rabbitmqctl("clear_policy", live)
+        for queue in (live, dq_name(live), xq_name(live), dq_name(dead), xq_name(dead)):
+            broker.channel.queue_delete(queue)
+        broker.close()
+
+    assert outcome.error is None
+    assert outcome.confirmed == set()  # no row had every copy delivered
+    assert outcome.refused == set(range(2000))
+
+
+class PublisherWithAPoisonRow(PipelinedPublisher):
+    """Sends the copies of one message with a property RabbitMQ answers by closing the channel,
+    as it does for a message over its max_message_size: no nack, no return, just a closed channel."""
+
+    def __init__(self, *args, poison: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.poison = poison
+
+    def _properties(self, message):
+        properties = super()._properties(message)
+        if message.message_id == self.poison:
+            properties.expiration = "never"  # PRECONDITION_FAILED - invalid expiration
+        return properties
+
+
+def test_a_row_that_makes_the_broker_close_the_channel_is_found_counted_and_set_aside(worker, broker, settings):
+    settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 2
+    for n in range(20):
+        ping(n=n)
+    poison = OutboxMessage.objects.order_by("id")[7]
+    relay = Relay(broker=broker)
+    relay.publisher = PublisherWithAPoisonRow(broker, poison=str(poison.message_id))
+
+    relay.drain()  # returns: the rows lost with the closed channel are sent again in halves
+
+    assert published_count() == 19
+    poison.refresh_from_db()
+    assert (poison.published_at, poison.send_attempts) == (None, 1)  # counted, and kept under its lease
+    assert poison.claimed_by != ""
+    wait_until(lambda: Effect.objects.count() == 38, what="the 19 other rows processed by both subscribers")
+
+    OutboxMessage.objects.filter(pk=poison.pk).update(claimed_until=timezone.now())  # its lease runs out
+    assert relay.drain() == 0  # sent alone once more: the second attempt sets it aside
+    assert DeadLetter.objects.count() == 2
+    assert set(DeadLetter.objects.values_list("reason", "message_id")) == {("unsendable", poison.message_id)}
+    assert effects_per_message() == {1: 38}

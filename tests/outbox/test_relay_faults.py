@@ -6,11 +6,13 @@ from contextlib import contextmanager
 import dramatiq
 import pytest
 import redis
+from django.utils import timezone
 
 from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
 from outbox.dead_letters import record_dead_letter
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
+from outbox.subscriptions import queue_name
 from tests.outbox.relaying import in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping
@@ -26,18 +28,21 @@ class FaultyBroker:
     """
 
     def __init__(self, broker: dramatiq.Broker):
-        self.broker, self.error, self.message_ids = broker, None, None
+        self.broker, self.error, self.message_ids, self.queues = broker, None, None, None
 
     @contextmanager
-    def failing(self, error: Exception, rows: list[OutboxMessage] | None = None):
+    def failing(self, error: Exception, rows: list[OutboxMessage] | None = None, *, to: str | None = None):
+        """Fail the copies of `rows` (or of every row), or only those to subscriber `to`."""
         self.error, self.message_ids = error, None if rows is None else {str(r.message_id) for r in rows}
+        self.queues = None if to is None else {queue_name(to)}
         try:
             yield
         finally:
             self.error = None
 
     def enqueue(self, message, *, delay=None):
-        if self.error is not None and (self.message_ids is None or message.message_id in self.message_ids):
+        chosen = self.message_ids is None or message.message_id in self.message_ids
+        if self.error is not None and chosen and (self.queues is None or message.queue_name in self.queues):
             raise self.error
         return self.broker.enqueue(message, delay=delay)
 
@@ -52,20 +57,40 @@ def test_a_poison_row_is_set_aside_as_a_dead_letter_and_the_rows_behind_it_flow(
     door = FaultyBroker(broker)
     relay = Relay(broker=door, lease_seconds=0.05)
 
-    with door.failing(redis.exceptions.ResponseError("OOM command not allowed"), [poison]):
+    with door.failing(redis.exceptions.ResponseError("OOM command not allowed"), [poison], to="probe_b"):
         assert relay.relay_batch() == 4  # the others go through at once
-        wait_until(
-            lambda: relay.relay_batch() is not None and DeadLetter.objects.count() == 2,
-            what="the poison row to be retried after its lease and set aside",
-        )
+        for attempt in (2, 3):  # its lease runs out, and it is tried again, alone to blame
+            OutboxMessage.objects.filter(pk=poison.pk).update(claimed_until=timezone.now())
+            assert relay.relay_batch() == 0
+            poison.refresh_from_db()
+            assert poison.send_attempts == attempt
 
     assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
+    # Only probe_b never got it: probe_a's copy went through each time, and a letter for it would
+    # deliver the event a second time once the inbox row that guards it is pruned.
     letters = DeadLetter.objects.order_by("subscriber")
     assert [(d.subscriber, d.reason, d.attempts, d.message_id) for d in letters] == [
-        ("probe_a", "unsendable", 3, poison.message_id),
         ("probe_b", "unsendable", 3, poison.message_id),
     ]
     assert "OOM command not allowed" in letters[0].error
+
+
+def test_a_row_whose_envelope_cannot_be_built_is_set_aside_from_its_stored_fields(broker, transactional_db, settings):
+    settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 2
+    broken, *others = rows_of([ping(n=n) for n in range(3)])
+    OutboxMessage.objects.filter(pk=broken.pk).update(trace_context=["not", "a", "mapping"])
+    relay = Relay(broker=broker)
+
+    assert relay.relay_batch() == 2
+    OutboxMessage.objects.filter(pk=broken.pk).update(claimed_until=timezone.now())  # its lease runs out
+    assert relay.relay_batch() == 0  # no exception out of the relay: the row is set aside
+
+    broken.refresh_from_db()
+    assert broken.published_at is not None
+    letters = DeadLetter.objects.order_by("subscriber")
+    assert [(d.subscriber, d.reason) for d in letters] == [("probe_a", "unsendable"), ("probe_b", "unsendable")]
+    assert letters[0].envelope["message_id"] == str(broken.message_id)
+    assert "traceparent" not in letters[0].envelope and letters[0].envelope["payload"] == broken.payload
 
 
 def test_rows_confirmed_before_an_error_are_marked_and_the_rest_released_uncounted(broker, transactional_db):
