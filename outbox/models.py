@@ -57,6 +57,12 @@ class OutboxMessage(models.Model):
                 condition=Q(acknowledged_at__isnull=True, target_subscriber="", published_at__isnull=False),
                 name="outbox_unsettled_idx",
             ),
+            # When the next lease ends, asked by every idle relay: few rows, read in one probe.
+            models.Index(
+                fields=["claimed_until"],
+                condition=Q(published_at__isnull=True, claimed_until__isnull=False),
+                name="outbox_leased_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

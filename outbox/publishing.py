@@ -63,7 +63,8 @@ def publish(
             correlation_id=correlation_id,
             cause=cause,
             same_story=same_story,
-            available_at=available_at or now,
+            available_at=available_at,
+            now=now,
             using=using,
         )
         if span is not None:
@@ -78,21 +79,22 @@ def _append(
     correlation_id: UUID,
     cause: Envelope | None,
     same_story: bool,
-    available_at: datetime,
+    available_at: datetime | None,
+    now: datetime,
     using: str,
 ) -> OutboxMessage:
     row = OutboxMessage(
         type=event.type,
         version=event.version,
         source=event.source(),
-        occurred_at=available_at,
+        occurred_at=available_at or now,
         correlation_id=correlation_id,
         causation_id=cause.message_id if cause else None,
         hops=cause.hops + 1 if same_story else 0,
         stream=stream,
         sequence=0,
         payload=event.model_dump(mode="json"),
-        available_at=available_at,
+        available_at=available_at or now,
         recipients=subscribers_of(event.type),
         trace_context=tracing.trace_context(),
     )
@@ -100,7 +102,7 @@ def _append(
     if size > limit:
         raise EventTooLarge(f"{event.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
     if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
-        _insert_numbered(row, using=using)
+        _insert_numbered(row, using=using, due_now=available_at is None)
     else:
         _nudge_the_relay_on_commit(using)
         row.sequence = _next_sequence(stream, using=using)
@@ -108,16 +110,19 @@ def _append(
     return row
 
 
-def _insert_numbered(row: OutboxMessage, *, using: str) -> None:
+def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
     """Number the row in its stream and insert it in one statement: one round trip per event,
-    the stream's row lock still ordering concurrent publishers."""
+    the stream's row lock still ordering concurrent publishers. An event due at once is due on
+    the database's clock, which the relays read too: a web host whose clock runs ahead does not
+    hold its events back."""
     connection = connections[using]
     fields = [f for f in OutboxMessage._meta.concrete_fields if not f.primary_key]
+    computed = {"sequence": "(SELECT last_sequence FROM numbered)", **({"available_at": "now()"} if due_now else {})}
     quote = connection.ops.quote_name
     streams, outbox = quote(Stream._meta.db_table), quote(OutboxMessage._meta.db_table)
-    values = ", ".join("(SELECT last_sequence FROM numbered)" if f.attname == "sequence" else "%s" for f in fields)
+    values = ", ".join(computed.get(f.attname, "%s") for f in fields)
     params = [row.stream] + [
-        f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields if f.attname != "sequence"
+        f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields if f.attname not in computed
     ]
     connection.ensure_connection()
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
@@ -126,11 +131,11 @@ def _insert_numbered(row: OutboxMessage, *, using: str) -> None:
         cursor.execute(
             f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams)}) "
             f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) "
-            "RETURNING id, sequence",
+            "RETURNING id, sequence, available_at",
             params,
             prepare=True,
         )
-        row.id, row.sequence = cursor.fetchone()
+        row.id, row.sequence, row.available_at = cursor.fetchone()
     row._state.adding, row._state.db = False, using
 
 

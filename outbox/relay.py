@@ -27,8 +27,8 @@ import pika
 import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
-from django.db.models import F, Min, Q
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import F, Q
+from django.db.models.functions import Greatest, Now
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
@@ -270,10 +270,10 @@ class Relay:
         return outcome, suspects
 
     def claim_batch(self) -> list[OutboxMessage]:
-        now = timezone.now()
         token = uuid.uuid4().hex
         if connection.vendor == "postgresql":
-            return self._claim_in_one_statement(now, token)
+            return self._claim_in_one_statement(token)
+        now = timezone.now()  # the embedded default: one host, one clock
         with transaction.atomic():
             due = (
                 OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=now)
@@ -289,21 +289,24 @@ class Relay:
             ).update(claimed_until=now + self.lease, claimed_by=token, send_attempts=F("send_attempts") + 1)
         return list(OutboxMessage.objects.filter(claimed_by=token, published_at__isnull=True).order_by("id"))
 
-    def _claim_in_one_statement(self, now, token: str) -> list[OutboxMessage]:
+    def _claim_in_one_statement(self, token: str) -> list[OutboxMessage]:
         """Lock the due rows, lease them and read them back in one round trip (the pending index
-        serves the inner query)."""
+        serves the inner query). Due times and leases are read and written on the database's
+        clock: relays on hosts whose clocks disagree never take back each other's leased rows."""
         table = OutboxMessage._meta.db_table
         rows = OutboxMessage.objects.raw(
             f"""
-            UPDATE {table} SET claimed_until = %s, claimed_by = %s, send_attempts = send_attempts + 1
+            UPDATE {table} SET claimed_until = now() + make_interval(secs => %s), claimed_by = %s,
+                send_attempts = send_attempts + 1
             WHERE id IN (
                 SELECT id FROM {table}
-                WHERE published_at IS NULL AND available_at <= %s AND (claimed_until IS NULL OR claimed_until < %s)
+                WHERE published_at IS NULL AND available_at <= now()
+                    AND (claimed_until IS NULL OR claimed_until < now())
                 ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
             )
             RETURNING *
             """,
-            [now + self.lease, token, now, now, self.batch_size],
+            [self.lease.total_seconds(), token, self.batch_size],
         )
         return sorted(rows, key=lambda row: row.id)
 
@@ -325,7 +328,7 @@ class Relay:
     def mark_published(self, rows: list[OutboxMessage]) -> None:
         """Mark rows this relay still holds; a row claimed anew meanwhile (a replay reset it) stays to send."""
         for held in _still_held(rows):
-            held.update(published_at=timezone.now(), claimed_until=None)
+            held.update(published_at=Now(), claimed_until=None)
 
     def _sending_lately(self) -> bool:
         """Other rows went through lately: a row that fails alone is then to blame, not the broker."""
@@ -359,13 +362,29 @@ class Relay:
             self.mark_published([row])
 
     def seconds_until_next_due(self) -> float | None:
-        """Until the soonest unpublished row is due and not leased by another relay."""
-        soonest = OutboxMessage.objects.filter(published_at__isnull=True).aggregate(
-            at=Min(Greatest("available_at", Coalesce("claimed_until", "available_at")))
-        )["at"]
-        if soonest is None:
-            return None
-        return max(0.0, (soonest - timezone.now()).total_seconds())
+        """Until the soonest unpublished row is due and not leased by another relay (on the
+        database's clock where there is one).
+
+        Asked after every drain and every NOTIFY, with every timer pending (join, deadline, wait
+        and confirmation timers, pickups 90 days ahead): the earliest unleased row comes first in
+        the pending index, the earliest lease first in the leased index, so two index probes
+        answer it, never a pass over the pending rows."""
+        pending = OutboxMessage.objects.filter(published_at__isnull=True)
+        unleased = pending.filter(claimed_until__isnull=True).order_by("available_at", "id")
+        leased = pending.filter(claimed_until__isnull=False).order_by("claimed_until")
+        soonest = unleased.values("available_at")[:1]
+        lease_ends = leased.values("claimed_until")[:1]
+        if connection.vendor != "postgresql":
+            times = [t for t in (soonest.first(), lease_ends.first()) if t]
+            at = min((next(iter(t.values())) for t in times), default=None)
+            return None if at is None else max(0.0, (at - timezone.now()).total_seconds())
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT EXTRACT(EPOCH FROM LEAST(({_sql(soonest)}), ({_sql(lease_ends)})) - now())",
+                [*_params(soonest), *_params(lease_ends)],
+            )
+            seconds = cursor.fetchone()[0]
+        return None if seconds is None else max(0.0, float(seconds))
 
     def run(
         self,
@@ -419,6 +438,14 @@ class Relay:
             waiter.close()
             if not once:
                 heartbeats.gone(self.process)
+
+
+def _sql(query) -> str:
+    return query.query.sql_with_params()[0]
+
+
+def _params(query) -> tuple:
+    return query.query.sql_with_params()[1]
 
 
 def _still_held(rows: list[OutboxMessage]):
