@@ -10,7 +10,8 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from outbox.envelope import Envelope
@@ -129,3 +130,23 @@ def resolve_letter(letter: DeadLetter, status: str, *, by: str, note: str) -> No
     if note:
         stamp = f"[{letter.resolved_at:%Y-%m-%d %H:%M} {by or '?'} {status}] {note}"
         letter.note = f"{letter.note}\n{stamp}".strip()
+
+
+# Letters that could still be replayed, so something is still owed to their subscriber.
+REPLAYABLE = (DeadLetter.Status.OPEN, DeadLetter.Status.REPLAYED)
+
+
+def resolve_processed(*, subscriber: str, envelope: Envelope) -> int:
+    """The subscriber has processed the message (now, or earlier: this copy was a duplicate): its
+    open or replayed letter is closed as processed, so no later replay applies it twice once the
+    inbox row that guards it is pruned. One indexed UPDATE, run in the handler's transaction."""
+    now = timezone.now()
+    stamp = f"\n[{now:%Y-%m-%d %H:%M} dispatch processed] {envelope.type} was processed after it was dead-lettered"
+    return DeadLetter.objects.filter(
+        subscriber=subscriber, message_id=envelope.message_id, status__in=REPLAYABLE
+    ).update(
+        status=DeadLetter.Status.PROCESSED,
+        resolved_at=now,
+        resolved_by="dispatch",
+        note=Concat("note", Value(stamp)),
+    )

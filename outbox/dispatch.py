@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from outbox import log_context, tracing
 from outbox.contracts import upcast
-from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter
+from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter, resolve_processed
 from outbox.envelope import Envelope
 from outbox.limits import within_limits
 from outbox.metrics import HANDLED, HANDLER_SECONDS
@@ -166,6 +166,7 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
                 duplicates=F("duplicates") + 1
             )
             logger.info("%s skipped duplicate %s %s", sub.subscriber, envelope.type, envelope.message_id)
+            resolve_processed(subscriber=sub.subscriber, envelope=envelope)  # a letter written after it was processed
             return "duplicate"
         _refuse_expired()  # raises out of the block: the inbox row is rolled back with it
         if sub.ordered:
@@ -175,6 +176,7 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
                 return "stale"
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
+        resolve_processed(subscriber=sub.subscriber, envelope=envelope)
     return "processed"
 
 

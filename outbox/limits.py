@@ -15,11 +15,19 @@ import dramatiq
 import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from dramatiq.middleware import TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter, RateLimiter, WindowRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-# Longer than any handler should take: a worker that dies holding a slot frees it after this.
-SLOT_TTL_MS = 60_000
+# A worker that dies holding a slot frees it after this much longer than Dramatiq lets a handler
+# run: a slot that expired while its handler still ran would let one more in than the cap.
+SLOT_TTL_MARGIN_MS = 60_000
+
+
+def slot_ttl_ms() -> int:
+    """Longer than the longest a handler may run (the broker's TimeLimit middleware), plus a margin."""
+    limits = [m.time_limit for m in dramatiq.get_broker().middleware if isinstance(m, TimeLimit)]
+    return max(limits, default=TimeLimit().time_limit) + SLOT_TTL_MARGIN_MS
 
 
 @contextmanager
@@ -49,7 +57,7 @@ def _limiters(subscriber: str, _key: str) -> tuple[RateLimiter, ...]:
     limiters: list[RateLimiter] = []
     if limits.get("concurrency"):
         limiters.append(
-            ConcurrentRateLimiter(backend, f"{key}:concurrency", limit=limits["concurrency"], ttl=SLOT_TTL_MS)
+            ConcurrentRateLimiter(backend, f"{key}:concurrency", limit=limits["concurrency"], ttl=slot_ttl_ms())
         )
     if limits.get("per_second"):
         limiters.append(WindowRateLimiter(backend, f"{key}:per_second", limit=limits["per_second"], window=1))

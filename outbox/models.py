@@ -128,7 +128,8 @@ class DeadLetter(models.Model):
 
     class Status(models.TextChoices):
         OPEN = "open"
-        REPLAYED = "replayed"
+        REPLAYED = "replayed"  # sent again; the subscriber has not processed it yet
+        PROCESSED = "processed"  # the subscriber processed it after all: a later copy, or the replay
         DISCARDED = "discarded"
 
     subscriber = models.CharField(max_length=100)
@@ -174,6 +175,8 @@ class StreamCursor(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["subscriber", "stream"], name="cursor_subscriber_stream_unique")]
+        # Retention asks whether any subscriber still has a cursor on a stream.
+        indexes = [models.Index(fields=["stream"], name="cursor_stream_idx")]
 
     def __str__(self):
         return f"{self.subscriber} @ {self.stream}#{self.last_sequence}"

@@ -2,8 +2,11 @@
 
 `prune()` deletes, in batches of its own short transactions (`SKIP LOCKED`, so it never waits
 on a relay or a handler), what no guarantee needs any more once it is older than the retention
-window: published outbox rows, inbox rows, resolved dead letters, and cursors of streams with
-no event left in the outbox. It never deletes an unpublished row or an open dead letter.
+window: published outbox rows, inbox rows, resolved dead letters, cursors and sequence counters
+of streams with no event left in the outbox, and the heartbeats of processes silent for a day
+(killed ones: a clean stop removes its own). It never deletes an unpublished row, a letter that
+could still be replayed (open, or replayed and not yet processed), the inbox row of a message
+such a letter may still deliver, nor the position of a stream such a letter belongs to.
 
 The window must outlive every horizon in which an old message can still arrive: a copy still
 queued (OUTBOX_MESSAGE_TTL_SECONDS, after which it is dead-lettered as expired) or sent again by
@@ -21,7 +24,11 @@ from django.core import checks
 from django.db import connection, transaction
 from django.utils import timezone
 
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.dead_letters import REPLAYABLE
+from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
+
+# A heartbeat not renewed for this long is a process that was killed: it leaves the overview.
+HEARTBEAT_FORGOTTEN_AFTER = timedelta(days=1)
 
 
 @dataclass
@@ -51,37 +58,65 @@ def prune(
         )
     cutoff = timezone.now() - (older_than or timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS))
     return [
-        _delete_in_batches(table, where, params, batch_size, on_batch)
-        for table, where, params in _what_to_prune(cutoff)
+        _delete_in_batches(table, key, where, params, batch_size, on_batch)
+        for table, key, where, params in _what_to_prune(cutoff)
     ]
 
 
-def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, list]]:
+def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
     outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
     letters, cursors = DeadLetter._meta.db_table, StreamCursor._meta.db_table
+    streams, heartbeats = Stream._meta.db_table, Heartbeat._meta.db_table
+    replayable = ", ".join(["%s"] * len(REPLAYABLE))
+
+    def no_event_nor_replayable_letter_of(table: str) -> str:
+        # A stream with no event left in the outbox has been idle for the whole window; a letter of
+        # it that may still be replayed (open, or replayed with its copy still queued) needs its
+        # position, or the old event would apply as if it were the next one.
+        return (
+            f"NOT EXISTS (SELECT 1 FROM {outbox} o WHERE o.stream = {table}.{_stream_column(table)} "
+            "AND o.target_subscriber = '') "
+            f"AND NOT EXISTS (SELECT 1 FROM {letters} d WHERE d.status IN ({replayable}) "
+            f"AND d.envelope ->> 'stream' = {table}.{_stream_column(table)})"
+        )
+
     return [
-        (outbox, "published_at < %s", [cutoff]),
-        (inbox, "processed_at < %s", [cutoff]),
-        (letters, "status <> %s AND resolved_at < %s", [DeadLetter.Status.OPEN, cutoff]),
-        # A cursor whose stream has no event left in the outbox has been idle for the whole
-        # window; an open dead letter of the stream may still be replayed, so its cursor stays.
+        (outbox, "id", "published_at < %s", [cutoff]),
         (
-            cursors,
-            f"NOT EXISTS (SELECT 1 FROM {outbox} o WHERE o.stream = {cursors}.stream AND o.target_subscriber = '') "
-            f"AND NOT EXISTS (SELECT 1 FROM {letters} d "
-            f"WHERE d.status = %s AND d.envelope ->> 'stream' = {cursors}.stream)",
-            [DeadLetter.Status.OPEN],
+            inbox,
+            "id",
+            # A letter that may still be replayed needs the inbox row that turns a second delivery into a no-op.
+            f"processed_at < %s AND NOT EXISTS (SELECT 1 FROM {letters} d WHERE d.subscriber = {inbox}.subscriber "
+            f"AND d.message_id = {inbox}.message_id AND d.status IN ({replayable}))",
+            [cutoff, *REPLAYABLE],
         ),
+        (letters, "id", f"status NOT IN ({replayable}) AND resolved_at < %s", [*REPLAYABLE, cutoff]),
+        (cursors, "id", no_event_nor_replayable_letter_of(cursors), [*REPLAYABLE]),
+        # The stream's counter goes once its cursors are gone: a stream that starts again at 1
+        # then meets no cursor that remembers a higher number.
+        (
+            streams,
+            "name",
+            f"{no_event_nor_replayable_letter_of(streams)} "
+            f"AND NOT EXISTS (SELECT 1 FROM {cursors} c WHERE c.stream = {streams}.name)",
+            [*REPLAYABLE],
+        ),
+        (heartbeats, "id", "last_seen < %s", [timezone.now() - HEARTBEAT_FORGOTTEN_AFTER]),
     ]
 
 
-def _delete_in_batches(table, where, params, batch_size, on_batch) -> Pruned:
+def _stream_column(table: str) -> str:
+    return "name" if table == Stream._meta.db_table else "stream"
+
+
+def _delete_in_batches(table, key, where, params, batch_size, on_batch) -> Pruned:
     pruned = Pruned(table)
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
-                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} ORDER BY id LIMIT %s{lock})",
+                f"DELETE FROM {table} WHERE {key} IN "
+                f"(SELECT {key} FROM {table} WHERE {where} ORDER BY {key} LIMIT %s{lock})",
                 [*params, batch_size],
             )
             deleted = cursor.rowcount

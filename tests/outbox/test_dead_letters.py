@@ -6,6 +6,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.dead_letters import record_dead_letter
+from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relay import Relay
 from tests.probe.models import Effect, Outage
@@ -43,8 +45,8 @@ def test_a_replay_after_the_fault_is_fixed_is_processed_once_by_that_subscriber_
 
     wait_until(lambda: Effect.objects.filter(subscriber="probe_b").count() == 1, what="the replay to be processed")
     letter.refresh_from_db()
-    assert (letter.status, letter.replays, letter.resolved_by) == ("replayed", 1, "ops")
-    assert "disk replaced" in letter.note
+    assert (letter.status, letter.replays, letter.resolved_by) == ("processed", 1, "dispatch")
+    assert "ops replayed] disk replaced" in letter.note  # who replayed it stays on record
     assert Effect.objects.filter(subscriber="probe_a").count() == 1  # the replay went to probe_b alone
     assert InboxMessage.objects.filter(subscriber="probe_a", duplicates=0).count() == 1
 
@@ -123,7 +125,10 @@ def test_the_command_lists_and_replays_a_group(worker, broker, capsys):
     relay_everything(broker)
 
     wait_until(lambda: Effect.objects.filter(subscriber="probe_b").count() == 3, what="the group to be processed")
-    assert set(DeadLetter.objects.values_list("status", flat=True)) == {"replayed"}
+    wait_until(
+        lambda: set(DeadLetter.objects.values_list("status", flat=True)) == {"processed"},
+        what="each replayed letter closed as processed",
+    )
 
 
 def test_a_compensation_that_keeps_failing_is_dead_lettered_as_compensation_failed(worker, broker):
@@ -168,7 +173,6 @@ def test_an_old_copy_of_a_processed_message_is_a_duplicate_not_expired(worker, b
 
 
 def test_a_discarded_letter_stays_discarded_when_its_message_fails_again(db):
-    from outbox.dead_letters import record_dead_letter
 
     body = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}").envelope()
     letter = record_dead_letter(subscriber="probe_b", body=body, reason="handler_error")
@@ -249,3 +253,41 @@ def test_a_handler_stopped_by_the_time_limit_is_dead_lettered_like_any_failure(w
     [letter] = dead_letters_for("probe_b", 1)
     assert letter.reason == "handler_error" and letter.exception_type.endswith("TimeLimitExceeded")
     assert letter.attempts == settings.OUTBOX_MAX_RETRIES + 1
+
+
+def test_a_letter_of_a_message_its_subscriber_processes_later_is_closed_and_cannot_be_replayed(transactional_db):
+    # The sweep gave up while probe_b's workers were down; then they came back and took the queued copy.
+    row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
+    letter = record_dead_letter(subscriber="probe_b", body=row.envelope(), reason="never_acknowledged")
+
+    assert dispatch(subscriber="probe_b", body=row.envelope())
+
+    letter.refresh_from_db()
+    assert (letter.status, letter.resolved_by) == ("processed", "dispatch")
+    assert "was processed after it was dead-lettered" in letter.note
+    with pytest.raises(CannotResolve, match="processed, not open"):
+        replay_dead_letter(letter_id=letter.pk, by="ops")  # a month later, once the inbox row is pruned
+    assert Effect.objects.filter(subscriber="probe_b").count() == 1
+
+
+def test_a_letter_written_after_its_message_was_processed_is_closed_by_the_next_copy(transactional_db):
+    row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
+    assert dispatch(subscriber="probe_b", body=row.envelope())
+    letter = record_dead_letter(subscriber="probe_b", body=row.envelope(), reason="unsendable")
+
+    assert not dispatch(subscriber="probe_b", body=row.envelope())  # a duplicate, which tells it was processed
+
+    letter.refresh_from_db()
+    assert letter.status == "processed"
+    assert Effect.objects.filter(subscriber="probe_b").count() == 1
+
+
+def test_a_replay_once_processed_is_closed_as_processed(transactional_db):
+    row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
+    letter = record_dead_letter(subscriber="probe_b", body=row.envelope(), reason="handler_error")
+    replay_dead_letter(letter_id=letter.pk, by="ops")
+
+    assert dispatch(subscriber="probe_b", body=row.envelope())
+
+    letter.refresh_from_db()
+    assert (letter.status, letter.replays) == ("processed", 1)

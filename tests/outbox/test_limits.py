@@ -6,6 +6,7 @@ import dramatiq
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
+from dramatiq.middleware import TimeLimit
 
 from outbox import limits
 from outbox.models import DeadLetter
@@ -74,3 +75,12 @@ def test_limits_without_a_redis_to_count_in_fail_at_start_up(settings, monkeypat
 
     with pytest.raises(ImproperlyConfigured, match="OUTBOX_LIMITS_REDIS_URL"):
         limits.check_configuration()
+
+
+def test_a_concurrency_slot_outlives_the_longest_a_handler_may_run(limits_redis):
+    limits_redis.OUTBOX_SUBSCRIBER_LIMITS = {"probe_a": {"concurrency": 2}}
+    (slot,) = limits._limiters("probe_a", limits._limits_key())
+    (time_limit,) = [m.time_limit for m in dramatiq.get_broker().middleware if isinstance(m, TimeLimit)]
+
+    # A slot that expires while its handler still runs lets one more in than the cap.
+    assert slot.ttl > time_limit

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
 from outbox.retention import prune, retention_outlives_redelivery
 from tests.probe.services import ping
 
@@ -101,3 +101,38 @@ def test_the_command_reports_progress_and_what_it_deleted():
     assert "  outbox_inboxmessage: 3 deleted (2 batches)" in lines
     assert "outbox_inboxmessage 3" in lines[-1]
     assert InboxMessage.objects.count() == 0
+
+
+def test_the_inbox_row_of_a_message_with_a_letter_that_could_be_replayed_is_kept():
+    guarded = {status: an_inbox_row(old=True) for status in ("open", "replayed", "processed", "discarded")}
+    for status, inbox in guarded.items():
+        letter = a_dead_letter(status=status)
+        DeadLetter.objects.filter(pk=letter.pk).update(message_id=inbox.message_id)
+
+    prune()
+
+    # A replay of the open or replayed letter must still meet the inbox row that makes it a no-op.
+    assert remaining(InboxMessage) == {guarded["open"].pk, guarded["replayed"].pk}
+
+
+def test_a_stream_whose_replayed_letter_is_still_queued_keeps_its_position_and_its_counter():
+    a_dead_letter(status="replayed", stream="ping:replaying")
+    waiting = StreamCursor.objects.create(subscriber="probe_a", stream="ping:replaying", last_sequence=7)
+    StreamCursor.objects.create(subscriber="probe_a", stream="ping:idle", last_sequence=3)
+    Stream.objects.create(name="ping:replaying", last_sequence=7)
+    Stream.objects.create(name="ping:idle", last_sequence=3)
+
+    prune()
+
+    assert remaining(StreamCursor) == {waiting.pk}  # the replay must not apply as if it were next
+    assert set(Stream.objects.values_list("name", flat=True)) == {"ping:replaying"}  # the idle counter is gone
+
+
+def test_the_heartbeats_of_processes_silent_for_a_day_are_forgotten():
+    now = timezone.now()
+    for process, seen in (("relay@a:1", now), ("worker@b:2", now - timedelta(days=2))):
+        Heartbeat.objects.create(process=process, kind="relay", started_at=seen, last_seen=seen)
+
+    prune()
+
+    assert list(Heartbeat.objects.values_list("process", flat=True)) == ["relay@a:1"]
