@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 
 from deliveries.models import Delivery
+from outbox import sweep
 from outbox.metrics import counters
 from outbox.models import DeadLetter, OutboxMessage
 
@@ -31,6 +32,11 @@ class SystemState:
         yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", due["count"])
         yield GaugeMetricFamily(
             "outbox_oldest_due_age_seconds", "How long the oldest due row has waited for the relay", _age(due["oldest"])
+        )
+        yield GaugeMetricFamily(
+            "outbox_sweep_lag_seconds",
+            "How far the redelivery sweep is behind: the age of the oldest unsettled relayed row beyond its grace",
+            sweep.lag_seconds(),
         )
         letters = GaugeMetricFamily("outbox_dead_letters_open", "Open dead letters, by reason", labels=["reason"])
         open_letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).values_list("reason")

@@ -25,6 +25,12 @@ HANDLED = Counter(
     "stale (older than one applied on its stream), dead_lettered, retried",
     ["subscriber", "event_type", "outcome"],
 )
+SWEPT = Counter(
+    "outbox_swept_rows",
+    "The redelivery sweep's work: unsettled rows it looked at, settled (every recipient acknowledged), "
+    "copies it sent again, and events dead-lettered as never_acknowledged",
+    ["outcome"],
+)
 HANDLER_SECONDS = Histogram(
     "outbox_handler_seconds",
     "Time from taking a message to its outcome (inbox check, handler and commit), by subscriber and event type",

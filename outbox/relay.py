@@ -86,7 +86,6 @@ class Relay:
         self.last_success: float | None = None
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
-        self.next_sweep = 0.0  # monotonic time of the next redelivery sweep
         self.next_beat = 0.0  # monotonic time of the next heartbeat
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
         self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
@@ -401,13 +400,13 @@ class Relay:
         waiter = wake_up.waiter(stop)
         outage_since: float | None = None
         backoff = 0.5
+        sweeper = None if once else Sweeper(stop)
+        if sweeper is not None:
+            sweeper.start()
         try:
             while not stop.is_set():
                 try:
                     self.drain(stop)
-                    if not once and time.monotonic() >= self.next_sweep:
-                        self.next_sweep = time.monotonic() + settings.OUTBOX_SWEEP_INTERVAL_SECONDS
-                        sweep_unacknowledged()
                     if not once:
                         self._beat_if_due()
                     if on_progress:
@@ -436,8 +435,33 @@ class Relay:
                 self.idle.clear()
         finally:
             waiter.close()
+            if sweeper is not None:
+                sweeper.join(timeout=30)
             if not once:
                 heartbeats.gone(self.process)
+
+
+class Sweeper(threading.Thread):
+    """The redelivery sweep, every OUTBOX_SWEEP_INTERVAL_SECONDS, in a thread of the relay's own:
+    it runs whatever the relay is doing (a relay kept busy for hours never returns from its drain),
+    on a database connection of its own, and an error in it never stops the relay."""
+
+    def __init__(self, stop: threading.Event):
+        super().__init__(name="outbox-sweep", daemon=True)
+        self.stop, self.runs = stop, 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                try:
+                    sweep_unacknowledged()
+                    self.runs += 1
+                except Exception as error:
+                    logger.warning("redelivery sweep failed, will try again: %s", error, exc_info=True)
+                    close_old_connections()
+                self.stop.wait(settings.OUTBOX_SWEEP_INTERVAL_SECONDS)
+        finally:
+            connection.close()
 
 
 def _sql(query) -> str:

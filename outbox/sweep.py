@@ -8,6 +8,13 @@ late). After OUTBOX_SWEEP_MAX_RESENDS such copies it is dead-lettered as `never_
 
 Only rows not yet settled, relayed within OUTBOX_SWEEP_HORIZON_SECONDS, are looked at, through
 a partial index; a row every recipient has acknowledged is marked settled and never read again.
+
+A run reads them in pages (keyset on the index, oldest first), each page its own short
+transaction, until it has caught up with what is past its grace: its capacity is the database's
+(tens of thousands of rows a second), not one page per interval, so the unsettled backlog stays
+at about the grace period's worth of events however fast the system relays. Every relay runs it
+from a thread of its own each OUTBOX_SWEEP_INTERVAL_SECONDS, whatever the relay is doing; an
+advisory lock per page keeps two relays from sweeping the same page at once.
 """
 
 import logging
@@ -21,10 +28,15 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from outbox.dead_letters import Reason, record_dead_letter
+from outbox.metrics import SWEPT
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.subscriptions import subscribers_of
 
 logger = logging.getLogger(__name__)
+
+
+# Rows a page reads: its inbox lookups stay one indexed query per subscriber.
+PAGE_SIZE = 2000
 
 
 @dataclass
@@ -33,33 +45,31 @@ class Swept:
     settled: int = 0
     resent: int = 0
     dead_lettered: int = 0
+    pages: int = 0
     skipped: bool = False  # another process was sweeping
 
+    def add(self, other: "Swept") -> None:
+        for name in ("looked_at", "settled", "resent", "dead_lettered", "pages"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
-def sweep_unacknowledged(*, limit: int = 5000) -> Swept:
-    """Settle what every recipient acknowledged, resend what one has not, give up after a bound."""
-    swept, now = Swept(), timezone.now()
-    with transaction.atomic():
-        if not _only_sweeper():
-            return Swept(skipped=True)
-        unsettled = OutboxMessage.objects.filter(
-            target_subscriber="",
-            acknowledged_at__isnull=True,
-            published_at__isnull=False,
-            published_at__gte=now - timedelta(seconds=settings.OUTBOX_SWEEP_HORIZON_SECONDS),
-            published_at__lt=now - timedelta(seconds=settings.OUTBOX_SWEEP_GRACE_SECONDS),
-        ).order_by("published_at", "id")[:limit]
-        rows = list(unsettled)
-        swept.looked_at = len(rows)
-        waiting = _unacknowledged(rows)
-        settled = [row.id for row in rows if not waiting.get(row.message_id)]
-        swept.settled = OutboxMessage.objects.filter(id__in=settled).update(acknowledged_at=now)
-        for row in rows:
-            for subscriber in waiting.get(row.message_id, ()):
-                if _resend(row, subscriber, now=now):
-                    swept.resent += 1
-                elif _give_up(row, subscriber, now=now):
-                    swept.dead_lettered += 1
+
+def sweep_unacknowledged(*, limit: int | None = None, page_size: int = PAGE_SIZE) -> Swept:
+    """Settle what every recipient acknowledged, resend what one has not, give up after a bound:
+    page after page, until every unsettled row past its grace was looked at (or `limit` were)."""
+    swept, now, after = Swept(), timezone.now(), None
+    while limit is None or swept.looked_at < limit:
+        size = page_size if limit is None else min(page_size, limit - swept.looked_at)
+        page, after = _sweep_page(now=now, after=after, size=size)
+        if page.skipped:
+            swept.skipped = swept.pages == 0
+            break
+        swept.add(page)
+        SWEPT.labels("looked_at").inc(page.looked_at)
+        SWEPT.labels("settled").inc(page.settled)
+        SWEPT.labels("resent").inc(page.resent)
+        SWEPT.labels("dead_lettered").inc(page.dead_lettered)
+        if page.looked_at < size:
+            break  # caught up
     if swept.resent or swept.dead_lettered:
         logger.warning(
             "sweep: %d relayed events looked at, %d copies sent again, %d never acknowledged",
@@ -68,6 +78,78 @@ def sweep_unacknowledged(*, limit: int = 5000) -> Swept:
             swept.dead_lettered,
         )
     return swept
+
+
+def _sweep_page(*, now, after: tuple | None, size: int) -> tuple[Swept, tuple | None]:
+    """One page in one transaction: the next `size` unsettled rows past their grace after `after`."""
+    swept = Swept(pages=1)
+    with transaction.atomic():
+        if not _only_sweeper():
+            return Swept(skipped=True), after
+        unsettled = OutboxMessage.objects.filter(
+            target_subscriber="",
+            acknowledged_at__isnull=True,
+            published_at__isnull=False,
+            published_at__gte=now - timedelta(seconds=settings.OUTBOX_SWEEP_HORIZON_SECONDS),
+            published_at__lt=now - timedelta(seconds=settings.OUTBOX_SWEEP_GRACE_SECONDS),
+        )
+        if after is not None:
+            published_at, row_id = after
+            unsettled = unsettled.filter(Q(published_at__gt=published_at) | Q(published_at=published_at, id__gt=row_id))
+        keys = list(unsettled.order_by("published_at", "id").values_list("published_at", "id")[:size])
+        swept.looked_at = len(keys)
+        ids = [row_id for _, row_id in keys]
+        settled_at_once = _settle_acknowledged(ids, now=now) if connection.vendor == "postgresql" else set()
+        rows = list(OutboxMessage.objects.filter(id__in=set(ids) - settled_at_once))
+        waiting = _unacknowledged(rows)
+        settled = [row.id for row in rows if not waiting.get(row.message_id)]
+        swept.settled = len(settled_at_once) + OutboxMessage.objects.filter(id__in=settled).update(acknowledged_at=now)
+        for row in sorted(rows, key=lambda row: row.id):
+            for subscriber in waiting.get(row.message_id, ()):
+                if _resend(row, subscriber, now=now):
+                    swept.resent += 1
+                elif _give_up(row, subscriber, now=now):
+                    swept.dead_lettered += 1
+    return swept, (keys[-1] if keys else after)
+
+
+def _settle_acknowledged(ids: list[int], *, now) -> set[int]:
+    """Settle, in one statement, the rows of the page whose every recorded recipient has an inbox
+    row or a letter that is not a pending replay; the rest (few) are looked at one by one."""
+    outbox = OutboxMessage._meta.db_table
+    inbox, letters = InboxMessage._meta.db_table, DeadLetter._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {outbox} o SET acknowledged_at = %s
+            WHERE o.id = ANY(%s) AND jsonb_array_length(o.recipients) > 0 AND NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements_text(o.recipients) AS r(subscriber)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM {inbox} i WHERE i.subscriber = r.subscriber AND i.message_id = o.message_id
+                ) AND NOT EXISTS (
+                    SELECT 1 FROM {letters} d
+                    WHERE d.subscriber = r.subscriber AND d.message_id = o.message_id AND d.status <> %s
+                )
+            )
+            RETURNING o.id
+            """,
+            [now, ids, DeadLetter.Status.REPLAYED],
+        )
+        return {row_id for (row_id,) in cursor.fetchall()}
+
+
+def lag_seconds() -> float:
+    """How far the sweep is behind: the age of the oldest unsettled row beyond its grace (0 when none)."""
+    oldest = (
+        OutboxMessage.objects.filter(target_subscriber="", acknowledged_at__isnull=True, published_at__isnull=False)
+        .filter(published_at__gte=timezone.now() - timedelta(seconds=settings.OUTBOX_SWEEP_HORIZON_SECONDS))
+        .order_by("published_at", "id")
+        .values_list("published_at", flat=True)
+        .first()
+    )
+    if oldest is None:
+        return 0.0
+    return max(0.0, (timezone.now() - oldest).total_seconds() - settings.OUTBOX_SWEEP_GRACE_SECONDS)
 
 
 def _only_sweeper() -> bool:

@@ -1,17 +1,23 @@
 """The redelivery sweep: a message the broker lost is sent again, and given up on after a bound."""
 
+import threading
+import time
 from datetime import timedelta
 from io import StringIO
 
 import dramatiq
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.relay import Relay
+from outbox.publishers import Outcome, PipelinedPublisher
+from outbox.relay import Relay, Sweeper
 from outbox.subscriptions import queue_name
-from outbox.sweep import sweep_unacknowledged
+from outbox.sweep import lag_seconds, sweep_unacknowledged
+from tests.outbox.relaying import in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping
 from tests.waiting import wait_until
@@ -82,3 +88,103 @@ def test_the_sweep_waits_out_the_grace_period_and_leaves_events_beyond_its_horiz
 
     assert (swept.looked_at, swept.resent) == (0, 0)  # one too recent, one too old
     assert not InboxMessage.objects.exists()
+
+
+def relayed_and_acknowledged(count: int, *, seconds_ago: float, acknowledged_by=("probe_a", "probe_b")) -> None:
+    """`count` events the relay sent `seconds_ago`, each processed by `acknowledged_by`: written in
+    two statements, as fast as a busy system produces them."""
+    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH rows AS (
+                INSERT INTO {outbox} (message_id, type, version, source, occurred_at, correlation_id, stream, sequence,
+                    hops, payload, available_at, published_at, claimed_by, send_attempts, target_subscriber,
+                    recipients, trace_context, resends)
+                SELECT gen_random_uuid(), 'probe.pinged', 1, 'probe', t, gen_random_uuid(),
+                    'load:' || gen_random_uuid(), 1, 0, '{{"n": 0}}', t, t, '', 1, '',
+                    '["probe_a", "probe_b"]', '{{}}', 0
+                FROM generate_series(1, %s), (SELECT now() - make_interval(secs => %s) AS t) AS sent
+                RETURNING message_id, correlation_id
+            )
+            INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates)
+            SELECT s, message_id, 'probe.pinged', correlation_id, now(), 0 FROM rows, unnest(%s::text[]) AS s
+            """,
+            [count, seconds_ago, list(acknowledged_by)],
+        )
+
+
+@pytest.mark.postgres
+def test_under_sustained_load_the_sweep_keeps_up_and_still_resends_a_copy_lost_late(transactional_db, settings):
+    """1,000 events a second (five times the system's end-to-end rate of about 200) behind a backlog
+    of 20,000 left by an outage, over six sweep intervals: the sweep catches up within its first
+    runs and then stays within a few intervals of the present; a copy lost near the end is resent."""
+    settings.OUTBOX_SWEEP_INTERVAL_SECONDS, settings.OUTBOX_SWEEP_GRACE_SECONDS = 1, 1
+    relayed_and_acknowledged(20_000, seconds_ago=30)
+    stop, lags = threading.Event(), []
+
+    def load():
+        try:
+            while not stop.wait(0.1):
+                relayed_and_acknowledged(100, seconds_ago=0)
+        finally:
+            connection.close()
+
+    loader, sweeper = threading.Thread(target=load, daemon=True), Sweeper(stop)
+    loader.start()
+    started = time.monotonic()
+    sweeper.start()
+    try:
+        while time.monotonic() - started < 6:
+            lags.append((time.monotonic() - started, lag_seconds()))
+            time.sleep(0.2)  # sampling the lag, not waiting for an outcome
+        relayed_and_acknowledged(1, seconds_ago=0, acknowledged_by=("probe_a",))  # probe_b's copy is lost
+        lost = OutboxMessage.objects.order_by("-id").values_list("message_id", flat=True).first()
+        wait_until(
+            lambda: OutboxMessage.objects.filter(message_id=lost, target_subscriber="probe_b").exists(),
+            timeout=10,
+            what="the lost copy to be sent again",
+        )
+    finally:
+        stop.set()
+        loader.join(10)
+        sweeper.join(30)
+
+    settled_in_time = [lag for at, lag in lags if at > 3]
+    assert settled_in_time and max(settled_in_time) < 3, lags  # within a few intervals of the present
+    assert OutboxMessage.objects.filter(acknowledged_at__isnull=False).count() > 20_000
+
+
+class ConfirmsNeverCome(PipelinedPublisher):
+    """A publisher whose confirms do not arrive until `stop`: the relay's drain never returns."""
+
+    def __init__(self, *args, stop: threading.Event, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop = stop
+
+    def collect(self, *, wait=0.0):
+        if self.stop.wait(wait):
+            return Outcome(error=TimeoutError("no confirm"))  # as after CONFIRM_TIMEOUT_SECONDS
+        return Outcome()
+
+
+@pytest.mark.postgres
+def test_the_sweep_runs_while_the_relay_never_returns_from_its_drain(broker, transactional_db, settings):
+    if not isinstance(broker, RabbitmqBroker):
+        pytest.skip("the pipelined publisher serves RabbitMQ")
+    settings.OUTBOX_SWEEP_INTERVAL_SECONDS, settings.OUTBOX_SWEEP_GRACE_SECONDS = 0.2, 1
+    relayed_and_acknowledged(10, seconds_ago=30)
+    ping(n=1)  # kept in flight for ever
+    relay, stop = Relay(broker=broker), threading.Event()
+    relay.publisher = ConfirmsNeverCome(broker, stop=stop)
+    running = in_thread(relay.run, stop=stop)
+    try:
+        wait_until(
+            lambda: (
+                OutboxMessage.objects.filter(stream__startswith="load:", acknowledged_at__isnull=False).count() == 10
+            ),
+            what="the sweep to settle the acknowledged events meanwhile",
+        )
+    finally:
+        stop.set()
+        running.join(30)

@@ -11,7 +11,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--limit", type=int, default=5000, help="Unsettled events to look at in this run.")
+        parser.add_argument(
+            "--limit", type=int, default=None, help="At most this many unsettled events (default: until caught up)."
+        )
 
     def handle(self, *, limit, **options):
         swept = sweep_unacknowledged(limit=limit)
@@ -19,6 +21,7 @@ class Command(BaseCommand):
             self.stdout.write("another process is sweeping; nothing done")
             return
         self.stdout.write(
-            f"looked at {swept.looked_at} unsettled events: {swept.settled} acknowledged by every subscriber, "
+            f"looked at {swept.looked_at} unsettled events in {swept.pages} page(s): "
+            f"{swept.settled} acknowledged by every subscriber, "
             f"{swept.resent} copies sent again, {swept.dead_lettered} dead-lettered as never_acknowledged"
         )
