@@ -79,9 +79,9 @@ class OverdueDeliveryAdmin(DeliveryAdmin):
     def get_queryset(self, request):
         return selectors.overdue_deliveries()
 
-    @admin.display(description="past its ETA by")
+    @admin.display(description="past its ETA (or without a drone) by")
     def overdue_by(self, delivery):
-        return timesince(delivery.eta)
+        return timesince(delivery.eta or delivery.updated_at)
 
 
 class CustomerTokenInline(admin.TabularInline):

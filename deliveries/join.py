@@ -65,14 +65,19 @@ def record_waiting(
             delivery.status, delivery.status_reason = Status.WAITING_FOR_DRONE, reason
         elif delivery.status != Status.IN_TRANSIT:
             return delivery
+        # Its drone grounded after it left (once: a second report of it finds no drone to lose).
+        left_without_a_drone = delivery.status == Status.IN_TRANSIT and delivery.drone_id is not None
         delivery.drone_id, delivery.eta, delivery.pickup_eta = None, None, expected_pickup_at
-        if delivery.waiting_since is None:
+        first_wait = delivery.waiting_since is None
+        if first_wait:
             delivery.waiting_since = timezone.now()
-            if delivery.deadline is None or delivery.status == Status.IN_TRANSIT:
-                give_up_at = max(timezone.now(), delivery.pickup_time) + timedelta(
-                    seconds=settings.DELIVERY_MAX_WAIT_SECONDS
-                )
-                announce(delivery, DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), at=give_up_at)
+        # A delivery that had waited before it left still needs the timer now: the deadline no
+        # longer fails one in transit, and nothing else would.
+        if (first_wait and delivery.deadline is None) or left_without_a_drone:
+            give_up_at = max(timezone.now(), delivery.pickup_time) + timedelta(
+                seconds=settings.DELIVERY_MAX_WAIT_SECONDS
+            )
+            announce(delivery, DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), at=give_up_at)
         delivery.save()
         return delivery
 

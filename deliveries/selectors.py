@@ -5,6 +5,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from deliveries.models import Customer, CustomerToken, Delivery
@@ -21,8 +22,9 @@ def delivery_of(customer: Customer, delivery_id: UUID) -> Delivery | None:
 
 
 def overdue_deliveries() -> QuerySet[Delivery]:
-    """In transit more than DELIVERY_OVERDUE_AFTER_SECONDS past the ETA, or awaiting a confirmation
-    that long past its timeout; oldest ETA first.
+    """In transit more than DELIVERY_OVERDUE_AFTER_SECONDS past the ETA, in transit that long
+    without a drone (its drone was grounded after it left), or awaiting a confirmation that long
+    past its timeout; oldest first.
 
     A query, not a timer: it flags a delivery whose every later event was lost as well.
     """
@@ -30,8 +32,9 @@ def overdue_deliveries() -> QuerySet[Delivery]:
     unconfirmed = late - timedelta(seconds=settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS)
     return Delivery.objects.filter(
         Q(status=Delivery.Status.IN_TRANSIT, eta__lt=late)
+        | Q(status=Delivery.Status.IN_TRANSIT, drone_id__isnull=True, updated_at__lt=late)
         | Q(status=Delivery.Status.AWAITING_CONFIRMATION, updated_at__lt=unconfirmed)
-    ).order_by("eta")
+    ).order_by(Coalesce("eta", "updated_at"))
 
 
 def timeline(delivery: Delivery) -> list[dict]:

@@ -278,4 +278,6 @@ DRONE_QUEUE_AGING_SECONDS = float(os.environ.get("DRONE_QUEUE_AGING_SECONDS", "9
 DRONE_EXPEDITED_HEAD_START_SECONDS = float(os.environ.get("DRONE_EXPEDITED_HEAD_START_SECONDS", "1800"))
 # A later pickup gets its drone reserved this long before the drone must leave to be there on time.
 DRONE_PICKUP_MARGIN_SECONDS = float(os.environ.get("DRONE_PICKUP_MARGIN_SECONDS", "60"))
+# While deliveries wait, free drones are offered to the line this often (drones/fleet_check.py).
+DRONE_FLEET_CHECK_SECONDS = float(os.environ.get("DRONE_FLEET_CHECK_SECONDS", "30"))
 DRONE_MAX_REPLANS = 2  # times a planned reservation is put off because the nearest free drone is nearer than planned

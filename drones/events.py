@@ -104,6 +104,18 @@ class DroneReturnedToService(Event):
     drone_id: UUID
 
 
+class DroneFleetCheckDue(Event):
+    """A timer the scheduler sets for itself while deliveries wait: every free drone is offered to the
+    line once more, in case the one transaction that would have matched them rolled back.
+
+    `generation` names the chain of timers it belongs to: only the current one goes on.
+    """
+
+    type = "drone.fleet_check_due"
+    version = 1
+    generation: int
+
+
 class DroneReturnedToBase(Event):
     """Published when a drone with nothing to do sets off home, for the moment it lands there.
 

@@ -118,3 +118,12 @@ class ReturnedToBase(Reader):
 @subscribe("drones", "drone.returned_to_base", reader=ReturnedToBase)
 def on_returned_to_base(message: Received[ReturnedToBase]) -> None:
     services.park_at_base(drone_id=message.payload.drone_id, mission=message.payload.mission)
+
+
+class FleetCheckDue(Reader):
+    generation: int
+
+
+@subscribe("drones", "drone.fleet_check_due", reader=FleetCheckDue)
+def on_fleet_check_due(message: Received[FleetCheckDue]) -> None:
+    services.check_fleet(generation=message.payload.generation)

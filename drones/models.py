@@ -91,6 +91,17 @@ class Assignment(models.Model):
         return f"{self.delivery_id}: {self.status}"
 
 
+class FleetCheck(models.Model):
+    """The one timer chain of the fleet check (drones.fleet_check): when its next timer is due."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    generation = models.PositiveIntegerField(default=0)
+    due_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"fleet check #{self.generation} due {self.due_at}"
+
+
 class WaitingDelivery(Assignment):
     """The waiting list as operators see it: deliveries planned for later or waiting for a drone."""
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from drones import matching
+from drones import fleet_check, matching
 from drones.events import (
     DroneReleased,
     DroneReservationDue,
@@ -63,6 +63,13 @@ def home(drone: Drone) -> Point:
     return Point(drone.home_latitude, drone.home_longitude)
 
 
+def _save(assignment: Assignment) -> None:
+    """A new assignment is inserted, never saved by an UPDATE first: a tombstone that a concurrent
+    cancellation committed meanwhile (keyed by the same delivery) is then a conflict, retried,
+    instead of being silently overwritten by a live reservation."""
+    assignment.save(force_insert=assignment._state.adding)
+
+
 def _announce(assignment: Assignment, event) -> None:
     """The assignment's own stream, so the deliveries context applies its news in order."""
     publish(event, stream=f"assignment:{assignment.delivery_id}", correlation_id=assignment.delivery_id)
@@ -99,7 +106,7 @@ def _reserve_at(assignment: Assignment, drone: Drone) -> datetime:
 
 def _plan_reservation(assignment: Assignment, reserve_at: datetime) -> None:
     assignment.status, assignment.reserve_at = Assignment.Status.PLANNED, reserve_at
-    assignment.save()
+    _save(assignment)
     publish(
         DroneReservationDue(delivery_id=assignment.delivery_id, round=assignment.round),
         stream=f"assignment:{assignment.delivery_id}:timer",
@@ -130,7 +137,7 @@ def assign_or_wait(assignment: Assignment, *, now: datetime, head_of_line: bool 
         reason = matching.reason_never_served(assignment)
         if reason is not None:
             assignment.status, assignment.reason = Assignment.Status.REFUSED, reason
-            assignment.save()
+            _save(assignment)
             _announce(
                 assignment,
                 DroneUnavailable(delivery_id=assignment.delivery_id, reason=reason, round=assignment.round),
@@ -167,8 +174,9 @@ def _wait(assignment: Assignment, *, now: datetime, head_of_line: bool) -> None:
         HEAD_OF_LINE if head_of_line else rank(since=now, deadline=assignment.deadline, priority=assignment.priority)
     )
     assignment.expected_pickup_at = _expected_pickup(assignment, now=now)
-    assignment.save()
+    _save(assignment)
     _announce_waiting(assignment, reason="fleet_busy", expected_pickup_at=assignment.expected_pickup_at)
+    fleet_check.keep_running(now=now)
 
 
 def _announce_waiting(assignment: Assignment, *, reason: str, expected_pickup_at: datetime | None) -> None:
@@ -217,7 +225,7 @@ def reserve(drone: Drone, assignment: Assignment, *, now: datetime) -> None:
     assignment.drone, assignment.status, assignment.takeoff_at = drone, Assignment.Status.RESERVED, takeoff
     assignment.eta = takeoff + timedelta(seconds=whole_flight)
     assignment.expected_pickup_at = takeoff + timedelta(seconds=approach)
-    assignment.save()
+    _save(assignment)
     _announce(
         assignment,
         DroneScheduled(

@@ -8,7 +8,7 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from drones import scheduling
+from drones import fleet_check, scheduling
 from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToService
 from drones.flights import take_off
 from drones.geography import Point, distance_km
@@ -294,9 +294,18 @@ def return_drone_to_service(*, drone_id: UUID) -> Drone:
     """Back from maintenance, free: it takes the first delivery in line it can fly."""
     with transaction.atomic():
         drone = Drone.objects.select_for_update().get(pk=drone_id)
-        if drone.status == Drone.Status.MAINTENANCE:
+        back = drone.status == Drone.Status.MAINTENANCE
+        if back:
             drone.status = Drone.Status.AVAILABLE
             drone.save(update_fields=["status", "updated_at"])
             publish(DroneReturnedToService(drone_id=drone.id), stream=f"drone:{drone.id}")
-            scheduling.find_work(drone)
+        # Also for one already in service (a second click): this transaction held a free drone's
+        # row, which a delivery joining the line meanwhile skipped.
+        scheduling.find_work(drone, fly_home=back)
         return drone
+
+
+def check_fleet(*, generation: int) -> int:
+    """The fleet check's timer fired: free drones are offered to the waiting line (drones.fleet_check)."""
+    with transaction.atomic():
+        return fleet_check.check(generation=generation, now=timezone.now())

@@ -6,6 +6,7 @@ After each phase: no drone holds two deliveries, no delivery two drones, and no 
 could serve a delivery that waits.
 """
 
+import contextlib
 import random
 import threading
 import uuid
@@ -14,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from drones import matching, scheduling, services
 from drones.geography import Point
-from drones.models import Assignment, Drone
+from drones.models import Assignment, Drone, FleetCheck
 from tests.factories import BASE
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -191,3 +192,86 @@ def test_a_planning_timer_putting_its_drone_off_does_not_hide_it_from_a_new_requ
 
     assert idle_drones_while_deliveries_wait() == []
     assert Assignment.objects.filter(status="reserved").count() == 1
+
+
+class RolledBack(Exception):
+    """Stands for what undoes a transaction after it locked a drone: a deadlock, a killed worker."""
+
+
+def test_a_drone_locked_by_a_transaction_that_rolls_back_is_found_by_the_fleet_check(transactional_db, monkeypatch):
+    services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
+    drone, a, b = Drone.objects.get(), uuid.uuid4(), uuid.uuid4()
+
+    def pause_after_locking_then_fail(reached, go):
+        reserve = scheduling.reserve
+
+        def reserve_then_roll_back(drone, assignment, *, now):
+            reserve(drone, assignment, now=now)
+            reached.set()
+            go.wait(10)
+            raise RolledBack
+
+        monkeypatch.setattr(scheduling, "reserve", reserve_then_roll_back)
+
+    def schedule(delivery_id):
+        services.schedule_drone(
+            delivery_id=delivery_id,
+            pickup=Point(BASE[0] + 0.01, BASE[1]),
+            dropoff=Point(BASE[0] - 0.01, BASE[1]),
+            weight_kg=1.0,
+        )
+
+    def schedule_a_and_fail():
+        with contextlib.suppress(RolledBack):
+            schedule(a)
+
+    def schedule_b():
+        monkeypatch.undo()  # only the paused transaction fails
+        schedule(b)
+
+    one_paused_while_another_runs(schedule_a_and_fail, pause_after_locking_then_fail, schedule_b)
+
+    # B skipped the locked drone, took the line's lock, skipped it again and waits; A rolled back.
+    assert Assignment.objects.get(delivery_id=b).status == "waiting"
+    assert not Assignment.objects.filter(delivery_id=a).exists()
+    assert idle_drones_while_deliveries_wait() == [f"{drone.name} is free while {b}, which it can fly, waits"]
+
+    check = FleetCheck.objects.get()  # B's wait started the fleet check's timer
+    services.check_fleet(generation=check.generation)
+
+    assert idle_drones_while_deliveries_wait() == []
+    assert Assignment.objects.get(delivery_id=b).drone_id == drone.pk
+
+
+def test_a_new_assignment_never_overwrites_a_tombstone_committed_after_it_looked(transactional_db, monkeypatch):
+    services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
+    delivery_id, errors = uuid.uuid4(), []
+
+    def pause_after_finding_no_assignment(reached, go):
+        locked = services._locked
+
+        def locked_then_pause(delivery_id):
+            found = locked(delivery_id)
+            reached.set()
+            go.wait(10)
+            return found
+
+        monkeypatch.setattr(services, "_locked", locked_then_pause)
+
+    def requested():  # delivery.requested, handled while delivery.cancelled is handled too
+        try:
+            services.schedule_drone(
+                delivery_id=delivery_id, pickup=Point(*BASE), dropoff=Point(BASE[0] - 0.01, BASE[1]), weight_kg=1.0
+            )
+        except IntegrityError as error:  # its handler is retried, and then finds the tombstone
+            errors.append(error)
+
+    def cancelled():
+        monkeypatch.undo()
+        services.release_drone(delivery_id=delivery_id, reason="delivery_cancelled")
+
+    one_paused_while_another_runs(requested, pause_after_finding_no_assignment, cancelled)
+
+    assert Assignment.objects.get(delivery_id=delivery_id).status == "released"  # the tombstone holds
+    assert Drone.objects.get().status == "available"
+    assert len(errors) == 1  # a conflict on insert, not an UPDATE of the tombstone (one statement, not two)

@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 
 from deliveries.models import Delivery
+from deliveries.selectors import overdue_deliveries
 from drones import services
 from drones.models import Assignment, Drone
 from drones.scheduling import HEAD_OF_LINE, rank
@@ -407,3 +408,55 @@ def test_the_customer_timeline_names_no_cause_from_another_delivery(customer, on
     scheduled_event = next(e for e in timeline if e["type"] == "drone.scheduled")
     assert scheduled_event["causationId"] is None
     assert OutboxMessage.objects.get(message_id=scheduled_event["messageId"]).causation_id is not None  # kept inside
+
+
+def test_returning_a_free_drone_to_service_again_offers_it_to_the_line(customer, one_drone, choreography):
+    first = scheduled(customer, choreography)
+    second = waiting(customer, choreography)
+    drone = Drone.objects.get()
+    # As a rolled-back transaction leaves it: the drone free again, the delivery still in line.
+    Assignment.objects.filter(delivery_id=first).update(status="released", drone=None)
+    Drone.objects.filter(pk=drone.pk).update(status="available", delivery_id=None)
+
+    services.return_drone_to_service(drone_id=drone.pk)  # a second click, on a drone already in service
+
+    assert (assignment(second).status, assignment(second).drone_id) == ("reserved", drone.pk)
+
+
+def test_a_delivery_that_waited_and_lost_its_drone_after_leaving_gets_a_timer_and_is_listed_overdue(
+    customer, one_drone, choreography, settings
+):
+    settings.DELIVERY_OVERDUE_AFTER_SECONDS = 0
+    first = requested(customer)
+    choreography.settle(first, hold=("drone.position_reported", "drone.arrived"))
+    second = waiting(customer, choreography, deadline=(timezone.now() + timedelta(hours=1)).isoformat())
+    assert not OutboxMessage.objects.filter(correlation_id=second, type="delivery.wait_timed_out").exists()
+    choreography.settle(first)  # delivered: its drone takes the second one
+    choreography.deliver("drone.scheduled", second)  # dispatched, before the drones context hears of it
+    assert Delivery.objects.get(id=second).status == "in_transit"
+
+    services.ground_drone(drone_id=Drone.objects.get().pk)
+    choreography.deliver("drone.wait_listed", second)
+
+    delivery = Delivery.objects.get(id=second)
+    assert (delivery.status, delivery.drone_id) == ("in_transit", None)
+    # Its deadline no longer fails it (it has left): the longest-wait timer is what bounds it now,
+    assert OutboxMessage.objects.filter(correlation_id=second, type="delivery.wait_timed_out").count() == 1
+    # and operators see it, though it has no ETA.
+    assert list(overdue_deliveries().values_list("id", flat=True)) == [second]
+    assert OutboxMessage.objects.filter(correlation_id=second, type="delivery.dispatched").count() == 1
+
+
+def test_a_delivery_whose_drone_is_grounded_after_it_left_and_returned_is_dispatched_once(
+    customer, one_drone, choreography
+):
+    delivery_id = scheduled(customer, choreography)
+    drone = Drone.objects.get()
+    services.ground_drone(drone_id=drone.pk)
+    choreography.settle(delivery_id)
+    services.return_drone_to_service(drone_id=drone.pk)  # reserved again, then scheduled news to deliveries
+    choreography.settle(delivery_id)
+
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+    assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="delivery.dispatched").count() == 1
+    assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="drone.arrived").count() == 1

@@ -1,0 +1,71 @@
+"""The fleet check: while deliveries wait, every free drone is offered to the line again and again.
+
+"No drone idle while a delivery it can fly waits" rests on one of two concurrent transactions
+seeing the other's commit (see `matching.lock_the_waiting_line`). A transaction that locked a
+free drone and then rolled back (a deadlock, a killed worker, the time limit, an IntegrityError)
+commits nothing for the other to see: a delivery that skipped the locked drone meanwhile waits
+while the drone is free again, until something else frees a drone. The fleet check repairs that:
+a timer (`drone.fleet_check_due`) every DRONE_FLEET_CHECK_SECONDS, started by the first delivery
+that joins the line and ending once the line is empty, hands every free drone to `find_work`.
+"""
+
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+
+from drones import scheduling
+from drones.events import DroneFleetCheckDue
+from drones.models import Assignment, Drone, FleetCheck
+from outbox.publishing import publish
+
+# Free drones offered per check: more come free only as deliveries end, which looks for work anyway.
+DRONES_PER_CHECK = 200
+# The fleet check's own story: its timers share this correlation id, apart from any delivery's.
+FLEET_CHECK_ID = UUID("3b8f5d0e-2c4a-4f7b-9d61-7a0c5e9b1f24")
+
+
+def keep_running(*, now: datetime) -> None:
+    """A delivery joins the line: make sure a check is coming (one indexed read when it is)."""
+    stale = now - 2 * _interval()
+    if FleetCheck.objects.filter(due_at__gt=stale).exists():
+        return
+    check, _ = FleetCheck.objects.select_for_update().get_or_create(id=1)
+    if check.due_at is not None and check.due_at > stale:
+        return  # started meanwhile
+    check.generation += 1  # a chain that died (its timer dead-lettered) is replaced, not doubled
+    _schedule_next(check, now=now)
+
+
+def check(*, generation: int, now: datetime) -> int:
+    """The timer fired: offer the free drones to the line, then set the next timer while anyone waits.
+    Returns how many waiting deliveries got a drone."""
+    check = FleetCheck.objects.select_for_update().filter(id=1).first()
+    if check is None or check.generation != generation:
+        return 0  # an older chain's timer
+    taken = 0
+    if Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
+        free = Drone.objects.filter(status=Drone.Status.AVAILABLE, delivery_id__isnull=True).order_by("updated_at")
+        for drone in free.select_for_update(skip_locked=True)[:DRONES_PER_CHECK]:
+            taken += scheduling.find_work(drone, fly_home=False) is not None
+    if Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
+        _schedule_next(check, now=now)
+    else:
+        check.due_at = None  # the next delivery to wait starts it again
+        check.save(update_fields=["due_at"])
+    return taken
+
+
+def _schedule_next(check: FleetCheck, *, now: datetime) -> None:
+    check.due_at = now + _interval()
+    check.save()
+    publish(
+        DroneFleetCheckDue(generation=check.generation),
+        stream="fleet:check",
+        correlation_id=FLEET_CHECK_ID,
+        available_at=check.due_at,
+    )
+
+
+def _interval() -> timedelta:
+    return timedelta(seconds=settings.DRONE_FLEET_CHECK_SECONDS)
