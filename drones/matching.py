@@ -54,11 +54,17 @@ def _can_fly(assignment: Assignment) -> QuerySet[Drone]:
     )
 
 
-def nearest_drone(assignment: Assignment, *, free: bool = True, lock: bool = True) -> Drone | None:
-    """The nearest drone able to fly the assignment (a free one, locked; or any in service, for estimates)."""
+def nearest_drone(
+    assignment: Assignment, *, free: bool = True, lock: bool = True, maintenance: bool = False
+) -> Drone | None:
+    """The nearest drone able to fly the assignment: a free one, locked; or, for estimates, any in
+    service (and with `maintenance`, any of the fleet)."""
     pickup = Point(assignment.pickup_latitude, assignment.pickup_longitude)
     drones = _can_fly(assignment)
-    drones = drones.filter(status=Drone.Status.AVAILABLE) if free else drones.exclude(status=Drone.Status.MAINTENANCE)
+    if free:
+        drones = drones.filter(status=Drone.Status.AVAILABLE)
+    elif not maintenance:
+        drones = drones.exclude(status=Drone.Status.MAINTENANCE)
     for km in SEARCH_KM:
         # The box is for the index; the circle inside it keeps out the box's corners, which may be
         # farther than a drone just outside the box. So the first found is surely the nearest, and

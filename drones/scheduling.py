@@ -87,7 +87,10 @@ def _plan_for_later(assignment: Assignment, now: datetime) -> bool:
     """A pickup far enough ahead is not served now: a timer comes back for it in time."""
     if assignment.pickup_time is None or assignment.pickup_time <= now:
         return False
-    nearest = matching.nearest_drone(assignment, free=False, lock=False)  # where a drone is likely to come from
+    # Where a drone is likely to come from: any of the fleet, those in maintenance too. A pickup a month
+    # ahead while every capable drone is grounded is planned like any other, never put in the line,
+    # where the first drone back would be held for it for a month.
+    nearest = matching.nearest_drone(assignment, free=False, lock=False, maintenance=True)
     if nearest is None:
         return False  # nothing could fly it: assign_or_wait says why
     reserve_at = _reserve_at(assignment, nearest)
@@ -168,10 +171,15 @@ def offer_drone(assignment: Assignment) -> None:
 
 
 def _wait(assignment: Assignment, *, now: datetime, head_of_line: bool) -> None:
+    # A booked pickup whose reservation found no free drone has waited, in effect, since it was
+    # booked: it takes its place by its pickup time, not behind the walk-ins of the last minutes.
+    booked = assignment.reserve_at is not None and assignment.pickup_time is not None
+    aging = timedelta(seconds=settings.DRONE_QUEUE_AGING_SECONDS)
+    since = min(now, assignment.pickup_time - aging) if booked else now
     assignment.status, assignment.drone = Assignment.Status.WAITING, None
     assignment.waiting_since = assignment.waiting_since or now
     assignment.rank_at = (
-        HEAD_OF_LINE if head_of_line else rank(since=now, deadline=assignment.deadline, priority=assignment.priority)
+        HEAD_OF_LINE if head_of_line else rank(since=since, deadline=assignment.deadline, priority=assignment.priority)
     )
     assignment.expected_pickup_at = _expected_pickup(assignment, now=now)
     _save(assignment)

@@ -9,10 +9,12 @@ from django.utils import timezone
 from deliveries.models import Delivery
 from deliveries.selectors import overdue_deliveries
 from drones import services
+from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
 from drones.scheduling import HEAD_OF_LINE, rank
 from outbox.models import OutboxMessage
 from packages.models import Package
+from tests.choreography import Choreography
 from tests.factories import BASE, delivery_request
 
 
@@ -460,3 +462,58 @@ def test_a_delivery_whose_drone_is_grounded_after_it_left_and_returned_is_dispat
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
     assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="delivery.dispatched").count() == 1
     assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="drone.arrived").count() == 1
+
+
+def test_a_booked_pickup_that_finds_no_free_drone_is_ranked_by_its_pickup_time(
+    customer, one_drone, choreography, settings
+):
+    pickup = timezone.now() + timedelta(minutes=3)  # its timer fires a minute (the margin) before
+    booked = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
+    choreography.settle(booked)
+    assert assignment(booked).status == "planned"
+    first = scheduled(customer, choreography)  # the only drone is busy when the booked one's timer fires
+    walk_ins = [waiting(customer, choreography, deadline=None) for _ in range(3)]
+
+    services.reserve_planned(delivery_id=booked, round=1)
+    services.reserve_planned(delivery_id=booked, round=1)
+    Assignment.objects.filter(delivery_id=booked).update(replans=settings.DRONE_MAX_REPLANS)
+    services.reserve_planned(delivery_id=booked, round=1)  # no replan left, no free drone: it joins the line
+
+    line = list(Assignment.objects.filter(status="waiting").order_by("rank_at", "waiting_since"))
+    assert [a.delivery_id for a in line] == [booked, *walk_ins]  # not behind the last minutes' walk-ins
+    assert abs(assignment(booked).rank_at - pickup) < timedelta(milliseconds=1)
+    choreography.settle(first)
+    assert assignment(booked).status == "reserved"
+
+
+def test_a_later_pickup_while_every_capable_drone_is_grounded_is_planned_not_put_in_line(
+    customer, one_drone, choreography
+):
+    drone = Drone.objects.get()
+    services.ground_drone(drone_id=drone.pk)
+    later = requested(customer, pickupTime=(timezone.now() + timedelta(days=30)).isoformat(), deadline=None)
+    choreography.settle(later)
+
+    assert assignment(later).status == "planned"
+    services.return_drone_to_service(drone_id=drone.pk)
+    assert Drone.objects.get().status == "available"  # not held for a month
+
+
+def test_a_planned_pickups_drone_takes_off_so_as_to_reach_the_pickup_at_its_time(customer, fleet, settings):
+    settings.DRONE_SIMULATION_SPEEDUP = 1  # real flight times: the approach takes minutes, not microseconds
+    pickup = timezone.now() + timedelta(hours=2)
+    delivery_id = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
+    Choreography().deliver("delivery.requested", delivery_id, only="drones")
+    Assignment.objects.filter(delivery_id=delivery_id).update(replans=settings.DRONE_MAX_REPLANS)
+
+    services.reserve_planned(delivery_id=delivery_id, round=1)
+
+    reserved = assignment(delivery_id)
+    drone = reserved.drone
+    approach = distance_km(
+        Point(drone.latitude, drone.longitude), Point(reserved.pickup_latitude, reserved.pickup_longitude)
+    )
+    approach_seconds = approach / drone.speed_kmh * 3600
+    assert approach_seconds > 60  # what the test is about: an approach long enough to matter
+    assert abs((reserved.takeoff_at - (pickup - timedelta(seconds=approach_seconds))).total_seconds()) < 0.01
+    assert abs((reserved.expected_pickup_at - pickup).total_seconds()) < 0.01  # at the pickup at its time
