@@ -17,7 +17,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -26,21 +25,19 @@ import dramatiq
 import pika
 import redis
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Greatest, Now
+from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from opentelemetry.trace import SpanKind
 
-from outbox import heartbeats, tracing, wake_up
+from outbox import heartbeats, leases, tracing, wake_up
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
 from outbox.subscriptions import message_to, queue_name, subscribers_of
-from outbox.sweep import sweep_unacknowledged
+from outbox.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -269,45 +266,16 @@ class Relay:
         return outcome, suspects
 
     def claim_batch(self) -> list[OutboxMessage]:
-        token = uuid.uuid4().hex
-        if connection.vendor == "postgresql":
-            return self._claim_in_one_statement(token)
-        now = timezone.now()  # the embedded default: one host, one clock
-        with transaction.atomic():
-            due = (
-                OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=now)
-                .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-                .order_by("id")
-            )
-            ids = list(due.select_for_update(skip_locked=True).values_list("id", flat=True)[: self.batch_size])
-            if not ids:
-                return []
-            # The claimed_until check makes a claim safe even where SKIP LOCKED is a no-op (SQLite).
-            OutboxMessage.objects.filter(id__in=ids).filter(
-                Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
-            ).update(claimed_until=now + self.lease, claimed_by=token, send_attempts=F("send_attempts") + 1)
-        return list(OutboxMessage.objects.filter(claimed_by=token, published_at__isnull=True).order_by("id"))
+        return leases.claim(lease=self.lease, batch_size=self.batch_size)
 
-    def _claim_in_one_statement(self, token: str) -> list[OutboxMessage]:
-        """Lock the due rows, lease them and read them back in one round trip (the pending index
-        serves the inner query). Due times and leases are read and written on the database's
-        clock: relays on hosts whose clocks disagree never take back each other's leased rows."""
-        table = OutboxMessage._meta.db_table
-        rows = OutboxMessage.objects.raw(
-            f"""
-            UPDATE {table} SET claimed_until = now() + make_interval(secs => %s), claimed_by = %s,
-                send_attempts = send_attempts + 1
-            WHERE id IN (
-                SELECT id FROM {table}
-                WHERE published_at IS NULL AND available_at <= now()
-                    AND (claimed_until IS NULL OR claimed_until < now())
-                ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
-            )
-            RETURNING *
-            """,
-            [self.lease.total_seconds(), token, self.batch_size],
-        )
-        return sorted(rows, key=lambda row: row.id)
+    def mark_published(self, rows: list[OutboxMessage]) -> None:
+        leases.mark_published(rows)
+
+    def _release(self, rows: list[OutboxMessage]) -> None:
+        leases.release(rows)
+
+    def seconds_until_next_due(self) -> float | None:
+        return leases.seconds_until_next_due()
 
     def send(self, row: OutboxMessage, *, delivered_to: set[str] | None = None) -> None:
         """Enqueue one copy per subscriber; returns once the broker has confirmed each (adding
@@ -324,19 +292,9 @@ class Relay:
             return list(row.recipients)
         return [row.target_subscriber] if row.target_subscriber else subscribers_of(row.type)
 
-    def mark_published(self, rows: list[OutboxMessage]) -> None:
-        """Mark rows this relay still holds; a row claimed anew meanwhile (a replay reset it) stays to send."""
-        for held in _still_held(rows):
-            held.update(published_at=Now(), claimed_until=None)
-
     def _sending_lately(self) -> bool:
         """Other rows went through lately: a row that fails alone is then to blame, not the broker."""
         return self.last_success is not None and time.monotonic() - self.last_success < SUSPICION_SECONDS
-
-    def _release(self, rows: list[OutboxMessage]) -> None:
-        """Give back claims of rows not sent through no fault of their own: the attempt does not count."""
-        for held in _still_held(rows):
-            held.update(claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0))
 
     def _set_aside_if_hopeless(self, failure: _SendFailed) -> None:
         row = failure.row
@@ -359,31 +317,6 @@ class Relay:
                     attempts=row.send_attempts,
                 )
             self.mark_published([row])
-
-    def seconds_until_next_due(self) -> float | None:
-        """Until the soonest unpublished row is due and not leased by another relay (on the
-        database's clock where there is one).
-
-        Asked after every drain and every NOTIFY, with every timer pending (join, deadline, wait
-        and confirmation timers, pickups 90 days ahead): the earliest unleased row comes first in
-        the pending index, the earliest lease first in the leased index, so two index probes
-        answer it, never a pass over the pending rows."""
-        pending = OutboxMessage.objects.filter(published_at__isnull=True)
-        unleased = pending.filter(claimed_until__isnull=True).order_by("available_at", "id")
-        leased = pending.filter(claimed_until__isnull=False).order_by("claimed_until")
-        soonest = unleased.values("available_at")[:1]
-        lease_ends = leased.values("claimed_until")[:1]
-        if connection.vendor != "postgresql":
-            times = [t for t in (soonest.first(), lease_ends.first()) if t]
-            at = min((next(iter(t.values())) for t in times), default=None)
-            return None if at is None else max(0.0, (at - timezone.now()).total_seconds())
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT EXTRACT(EPOCH FROM LEAST(({_sql(soonest)}), ({_sql(lease_ends)})) - now())",
-                [*_params(soonest), *_params(lease_ends)],
-            )
-            seconds = cursor.fetchone()[0]
-        return None if seconds is None else max(0.0, float(seconds))
 
     def run(
         self,
@@ -439,43 +372,3 @@ class Relay:
                 sweeper.join(timeout=30)
             if not once:
                 heartbeats.gone(self.process)
-
-
-class Sweeper(threading.Thread):
-    """The redelivery sweep, every OUTBOX_SWEEP_INTERVAL_SECONDS, in a thread of the relay's own:
-    it runs whatever the relay is doing (a relay kept busy for hours never returns from its drain),
-    on a database connection of its own, and an error in it never stops the relay."""
-
-    def __init__(self, stop: threading.Event):
-        super().__init__(name="outbox-sweep", daemon=True)
-        self.stop, self.runs = stop, 0
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                try:
-                    sweep_unacknowledged()
-                    self.runs += 1
-                except Exception as error:
-                    logger.warning("redelivery sweep failed, will try again: %s", error, exc_info=True)
-                    close_old_connections()
-                self.stop.wait(settings.OUTBOX_SWEEP_INTERVAL_SECONDS)
-        finally:
-            connection.close()
-
-
-def _sql(query) -> str:
-    return query.query.sql_with_params()[0]
-
-
-def _params(query) -> tuple:
-    return query.query.sql_with_params()[1]
-
-
-def _still_held(rows: list[OutboxMessage]):
-    """The rows, one query set per claim they came from, each still held by that claim."""
-    by_claim: dict[str, list[int]] = {}
-    for row in rows:
-        by_claim.setdefault(row.claimed_by, []).append(row.id)
-    for token, ids in by_claim.items():
-        yield OutboxMessage.objects.filter(id__in=ids, claimed_by=token)

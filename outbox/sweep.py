@@ -18,12 +18,13 @@ advisory lock per page keeps two relays from sweeping the same page at once.
 """
 
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -244,3 +245,26 @@ def _give_up(row: OutboxMessage, subscriber: str, *, now) -> bool:
             attempts=settings.OUTBOX_SWEEP_MAX_RESENDS + 1,
         )
     return spent
+
+
+class Sweeper(threading.Thread):
+    """The redelivery sweep, every OUTBOX_SWEEP_INTERVAL_SECONDS, in a thread of the relay's own:
+    it runs whatever the relay is doing (a relay kept busy for hours never returns from its drain),
+    on a database connection of its own, and an error in it never stops the relay."""
+
+    def __init__(self, stop: threading.Event):
+        super().__init__(name="outbox-sweep", daemon=True)
+        self.stop, self.runs = stop, 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                try:
+                    sweep_unacknowledged()
+                    self.runs += 1
+                except Exception as error:
+                    logger.warning("redelivery sweep failed, will try again: %s", error, exc_info=True)
+                    close_old_connections()
+                self.stop.wait(settings.OUTBOX_SWEEP_INTERVAL_SECONDS)
+        finally:
+            connection.close()

@@ -22,6 +22,7 @@ from drones import matching, scheduling, services
 from drones.geography import Point
 from drones.models import Assignment, Drone, FleetCheck
 from tests.factories import BASE
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -275,3 +276,63 @@ def test_a_new_assignment_never_overwrites_a_tombstone_committed_after_it_looked
     assert Assignment.objects.get(delivery_id=delivery_id).status == "released"  # the tombstone holds
     assert Drone.objects.get().status == "available"
     assert len(errors) == 1  # a conflict on insert, not an UPDATE of the tombstone (one statement, not two)
+
+
+def waiting_on_an_advisory_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return cursor.fetchone()[0] > 0
+
+
+def test_the_two_ways_of_going_idle_are_serialised_by_the_waiting_lines_lock(transactional_db, monkeypatch):
+    """The interleaving that strands a drone without the lock, forced every time: the drone going idle
+    has looked twice and found no delivery; the delivery then looks for a drone, which is still locked."""
+    services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
+    first, second = uuid.uuid4(), uuid.uuid4()
+    here = Point(BASE[0] + 0.01, BASE[1])
+    services.schedule_drone(delivery_id=first, pickup=here, dropoff=Point(BASE[0] - 0.01, BASE[1]), weight_kg=1.0)
+    looked_twice, go, requested, errors = threading.Event(), threading.Event(), threading.Event(), []
+    next_waiting_for, looks = matching.next_waiting_for, []
+
+    def pausing_after_the_second_look(drone, *, now):
+        found = next_waiting_for(drone, now=now)
+        looks.append(found)
+        if threading.current_thread().name == "going-idle" and len(looks) == 2:
+            looked_twice.set()
+            go.wait(20)  # holding the drone's row and the line's lock, not yet committed
+        return found
+
+    monkeypatch.setattr(matching, "next_waiting_for", pausing_after_the_second_look)
+
+    def run(job, done=None):
+        try:
+            job()
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+            if done:
+                done.set()
+
+    idle = threading.Thread(
+        target=run, name="going-idle", args=(lambda: services.release_drone(delivery_id=first, reason="delivered"),)
+    )
+    request = threading.Thread(
+        target=run,
+        args=(lambda: services.schedule_drone(delivery_id=second, pickup=here, dropoff=here, weight_kg=1.0), requested),
+    )
+    idle.start()
+    try:
+        assert looked_twice.wait(20)
+        request.start()
+        # The request either finishes (no lock: it found the drone locked, twice, and queued itself)
+        # or waits for the line's lock until the drone's transaction commits.
+        wait_until(lambda: requested.is_set() or waiting_on_an_advisory_lock(), what="the request to decide or wait")
+    finally:
+        go.set()
+        idle.join(30)
+        request.join(30)
+    assert errors == []
+
+    assert idle_drones_while_deliveries_wait() == []
+    assert Assignment.objects.get(delivery_id=second).status == "reserved"

@@ -155,6 +155,15 @@ def test_a_replay_reset_while_an_older_send_was_in_flight_is_sent_again(transact
     assert (second.published_at, second.claimed_by) == (None, "")  # still to send
 
 
+def test_a_relay_never_claims_rows_another_relay_holds_under_lease(transactional_db):
+    for n in range(10):
+        ping(n=n)
+    held = Relay(lease_seconds=30).claim_batch()  # another relay is sending them
+
+    assert len(held) == 10
+    assert Relay().claim_batch() == []
+
+
 def test_a_row_leased_by_another_relay_is_not_due_until_its_lease_ends(transactional_db):
     ping(n=1)
     Relay(lease_seconds=30).claim_batch()  # another relay is sending it

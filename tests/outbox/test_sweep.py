@@ -12,11 +12,14 @@ from django.db import connection
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+from outbox.dead_letter_actions import replay_dead_letter
+from outbox.dead_letters import record_dead_letter
+from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher
-from outbox.relay import Relay, Sweeper
+from outbox.relay import Relay
 from outbox.subscriptions import queue_name
-from outbox.sweep import lag_seconds, sweep_unacknowledged
+from outbox.sweep import Sweeper, lag_seconds, sweep_unacknowledged
 from tests.outbox.relaying import in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping
@@ -188,3 +191,27 @@ def test_the_sweep_runs_while_the_relay_never_returns_from_its_drain(broker, tra
     finally:
         stop.set()
         running.join(30)
+
+
+def test_a_replay_the_broker_lost_is_sent_again_by_the_sweep(broker, transactional_db, no_grace):
+    event = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
+    letter = record_dead_letter(subscriber="probe_b", body=event.envelope(), reason="handler_error")
+    dispatch(subscriber="probe_a", body=event.envelope())
+    OutboxMessage.objects.filter(pk=event.pk).update(published_at=timezone.now())  # relayed long ago
+    replay_dead_letter(letter_id=letter.pk, by="ops")
+    assert Relay(broker=broker).drain() == 1  # the replay's copy is sent...
+    broker.flush(queue_name("probe_b"))  # ...and lost by the broker
+
+    swept = sweep_unacknowledged()  # a replayed letter is still owed, not an acknowledgement
+
+    assert swept.resent == 1
+    assert Relay(broker=broker).drain() == 1
+    consumer = broker.consume(queue_name("probe_b"), timeout=100)
+    try:
+        message = wait_until(lambda: next(consumer), what="the copy sent again, on probe_b's queue")
+        consumer.ack(message)
+    finally:
+        consumer.close()
+    assert dispatch(subscriber="probe_b", body=message.args[0])
+    letter.refresh_from_db()
+    assert letter.status == "processed"
