@@ -16,10 +16,11 @@ from django.db.models.expressions import CombinedExpression, Value
 from django.db.models.functions import Sqrt
 
 from drones.geography import EARTH_RADIUS_KM, Point
-from drones.models import Assignment, Drone
+from drones.models import WEIGHT_CLASSES, Assignment, Drone
 
 KM_PER_DEGREE = math.pi * EARTH_RADIUS_KM / 180
-# Half-sides of the boxes searched around a pickup, nearest first; None is the whole fleet.
+# Half-sides of the boxes searched around a pickup, nearest first; None is as far as any drone of
+# the fleet could fly to a pickup (its range): no drone farther could take it.
 SEARCH_KM = (1.0, 4.0, 16.0, 64.0, None)
 
 
@@ -62,14 +63,19 @@ def nearest_drone(
     pickup = Point(assignment.pickup_latitude, assignment.pickup_longitude)
     drones = _can_fly(assignment)
     if free:
+        # With the whole fleet busy (the common case for a delivery about to wait), one probe of the
+        # free drones' index answers, instead of a search of every box.
+        if not Drone.objects.filter(status=Drone.Status.AVAILABLE, max_payload_kg__gte=assignment.weight_kg).exists():
+            return None
         drones = drones.filter(status=Drone.Status.AVAILABLE)
     elif not maintenance:
         drones = drones.exclude(status=Drone.Status.MAINTENANCE)
     for km in SEARCH_KM:
+        km = km if km is not None else max(_longest_range(), SEARCH_KM[-2])
         # The box is for the index; the circle inside it keeps out the box's corners, which may be
         # farther than a drone just outside the box. So the first found is surely the nearest, and
         # no row is locked that is not taken.
-        nearby = drones if km is None else drones.filter(_box(pickup, km, "latitude", "longitude"), approach_km__lte=km)
+        nearby = drones.filter(_box(pickup, km, "latitude", "longitude"), approach_km__lte=km)
         nearby = nearby.order_by("approach_km", "name")
         if lock:
             nearby = nearby.select_for_update(skip_locked=True)
@@ -79,14 +85,23 @@ def nearest_drone(
     return None
 
 
+def _longest_range() -> float:
+    """The longest range in the fleet (one probe of its index): no drone is farther from a pickup it could fly."""
+    return Drone.objects.order_by("-range_km").values_list("range_km", flat=True).first() or 0.0
+
+
 def reason_never_served(assignment: Assignment) -> str | None:
-    """Why no drone of the fleet, in any state, could ever fly this from its home; None if one could."""
+    """Why no drone of the fleet, in any state, could ever fly this from its home; None if one could.
+
+    Only homes within the fleet's longest range of the pickup are looked at (an index on homes):
+    the answer costs the same however large the fleet is elsewhere."""
     if not Drone.objects.filter(max_payload_kg__gte=assignment.weight_kg).exists():
         return "payload_exceeds_fleet"
     pickup = Point(assignment.pickup_latitude, assignment.pickup_longitude)
     dropoff = Point(assignment.dropoff_latitude, assignment.dropoff_longitude)
     from_home = (
         Drone.objects.filter(max_payload_kg__gte=assignment.weight_kg)
+        .filter(_box(pickup, _longest_range(), "home_latitude", "home_longitude"))
         .annotate(approach_km=km_from(pickup, "home_latitude", "home_longitude"))
         .annotate(home_km=km_from(dropoff, "home_latitude", "home_longitude"))
         .filter(range_km__gte=F("approach_km") + Value(assignment.trip_km) + F("home_km"))
@@ -94,14 +109,14 @@ def reason_never_served(assignment: Assignment) -> str | None:
     return None if from_home.exists() else "out_of_range"
 
 
-def line_for(drone: Drone, *, now: datetime) -> QuerySet[Assignment]:
+def line_for(drone: Drone, *, now: datetime, lock: bool = True) -> QuerySet[Assignment]:
     """The waiting deliveries `drone` can carry and reach from where it is, in line order, locking what is read.
 
     Walks the waiting line's index in order and stops at the first match: the line's length
     matters only when the drone can serve none of those ahead.
     """
     position, home = Point(drone.latitude, drone.longitude), Point(drone.home_latitude, drone.home_longitude)
-    return (
+    line = (
         Assignment.objects.filter(status=Assignment.Status.WAITING, weight_kg__lte=drone.max_payload_kg)
         # Past its deadline it is the deliveries context's to fail, unless it has left already.
         .filter(Q(deadline__isnull=True) | Q(deadline__gt=now) | Q(dispatched=True))
@@ -109,13 +124,28 @@ def line_for(drone: Drone, *, now: datetime) -> QuerySet[Assignment]:
         .annotate(home_km=km_from(home, "dropoff_latitude", "dropoff_longitude"))
         .filter(trip_km__lte=Value(drone.range_km) - F("approach_km") - F("home_km"))
         .order_by("rank_at", "waiting_since", "delivery_id")
-        .select_for_update(skip_locked=True)
     )
+    return line.select_for_update(skip_locked=True) if lock else line
 
 
 def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
-    """The first delivery in line that `drone` can fly, locked; or None."""
-    return line_for(drone, now=now).first()
+    """The first delivery in line that `drone` can fly, locked; or None.
+
+    A drone that cannot carry every weight class (a light one beside a line of heavy parcels)
+    reads the head of each class it can carry, through the line's index by weight class, and
+    locks the first of those heads; walking the whole line would read every parcel too heavy
+    for it. Should another scheduler have taken that head meanwhile, the walk decides.
+    """
+    carried = [n for n, low in enumerate((0.0, *WEIGHT_CLASSES)) if low < drone.max_payload_kg]
+    if connection.vendor != "postgresql" or len(carried) > len(WEIGHT_CLASSES):
+        return line_for(drone, now=now).first()
+    line = line_for(drone, now=now, lock=False).values_list("rank_at", "waiting_since", "delivery_id")
+    heads = [line.filter(weight_class=n)[:1] for n in carried]
+    first = min(heads[0].union(*heads[1:], all=True), default=None) if heads else None
+    if first is None:
+        return None
+    taken = Assignment.objects.filter(delivery_id=first[2], status=Assignment.Status.WAITING)
+    return taken.select_for_update(skip_locked=True).first() or line_for(drone, now=now).first()
 
 
 def lock_the_waiting_line() -> None:

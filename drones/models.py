@@ -28,6 +28,11 @@ class Drone(models.Model):
         indexes = [
             # Free drones near a pickup: status, then a latitude band, longitude read from the index.
             models.Index(fields=["status", "latitude", "longitude"], name="drone_free_near_idx"),
+            # Is any free drone strong enough? One probe, before any search.
+            models.Index(fields=["status", "max_payload_kg"], name="drone_free_payload_idx"),
+            # The fleet's longest range, and the homes near a pickup (what no drone could ever fly).
+            models.Index(fields=["range_km"], name="drone_range_idx"),
+            models.Index(fields=["home_latitude", "home_longitude"], name="drone_home_idx"),
         ]
         permissions = [
             ("ground_drone", "Can ground drones for maintenance"),
@@ -36,6 +41,19 @@ class Drone(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.status})"
+
+
+# Upper bounds (kg) of the weight classes the waiting line is indexed by: a light drone looks at the
+# head of each class it can carry, never down a line of parcels too heavy for it.
+WEIGHT_CLASSES = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+
+
+def _weight_class() -> models.Case:
+    return models.Case(
+        *(models.When(weight_kg__lte=bound, then=models.Value(n)) for n, bound in enumerate(WEIGHT_CLASSES)),
+        default=models.Value(len(WEIGHT_CLASSES)),
+        output_field=models.SmallIntegerField(),
+    )
 
 
 class Assignment(models.Model):
@@ -61,6 +79,9 @@ class Assignment(models.Model):
     dropoff_longitude = models.FloatField(null=True)
     trip_km = models.FloatField(null=True, help_text="Pickup to drop-off.")
     weight_kg = models.FloatField(null=True)
+    weight_class = models.GeneratedField(
+        expression=_weight_class(), output_field=models.SmallIntegerField(null=True), db_persist=True
+    )
     pickup_time = models.DateTimeField(null=True, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     # The waiting list: the line is ordered by rank_at, then by how long each has waited.
@@ -84,6 +105,15 @@ class Assignment(models.Model):
                 fields=["rank_at", "waiting_since", "delivery_id"],
                 condition=Q(status="waiting"),
                 name="assignment_waiting_line_idx",
+            ),
+            models.Index(
+                fields=["weight_class", "rank_at", "waiting_since", "delivery_id"],
+                condition=Q(status="waiting"),
+                name="assignment_line_by_weight_idx",
+            ),
+            # The busy drones soonest free, for a waiting delivery's estimate.
+            models.Index(
+                fields=["eta"], condition=Q(status__in=["reserved", "flying"]), name="assignment_busy_eta_idx"
             ),
         ]
 

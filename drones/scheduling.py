@@ -203,7 +203,8 @@ def _expected_pickup(assignment: Assignment, *, now: datetime) -> datetime | Non
     """An estimate: the busy drones that could carry it come free at their ETAs, one for each delivery
     ahead in line, each taking about as long as this one; None when no capable drone is busy."""
     waiting = Assignment.objects.filter(status=Assignment.Status.WAITING)
-    ahead = waiting.filter(rank_at__lt=assignment.rank_at).count()
+    # Counted up to the horizon through the line's index: the estimate looks no further anyway.
+    ahead = waiting.filter(rank_at__lt=assignment.rank_at)[:ESTIMATE_HORIZON].count()
     busy = (
         Assignment.objects.filter(
             status__in=[Assignment.Status.RESERVED, Assignment.Status.FLYING],

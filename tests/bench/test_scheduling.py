@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from drones import matching, services
@@ -174,3 +175,68 @@ def test_a_freed_drone_taking_the_next_in_line_with_10_and_10000_waiting(transac
         plan = matching.line_for(Drone.objects.get(pk=drone_id), now=timezone.now())[:1].explain()
     print("\n[bench] a freed drone takes the next in line (PostgreSQL; rolled back):\n  " + "\n  ".join(lines))
     print("  plan of the line's head:\n    " + plan.replace("\n", "\n    "))
+
+
+def statements(call, rng: random.Random) -> int:
+    """How many SQL statements one call runs (rolled back)."""
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        call(rng)
+        transaction.set_rollback(True)
+    return len(queries.captured_queries)
+
+
+@pytest.mark.postgres
+def test_the_worst_cases_a_wait_with_no_free_drone_and_a_freed_drone_that_fits_nobody_in_line(transactional_db):
+    """The decisions whose cost could grow with the fleet or the line: a request that finds every
+    drone busy and waits, behind 10 or 10,000; a freed drone that can carry none of 10 or 10,000
+    waiting (a line of heavy parcels) and rests."""
+    rng, lines, reference = random.Random(7), [], None
+
+    def wait_in_line(rng) -> None:
+        pickup, dropoff = a_trip(rng)
+        assignment = services.schedule_drone(
+            delivery_id=uuid.uuid4(), pickup=pickup, dropoff=dropoff, weight_kg=2.0, pickup_time=timezone.now()
+        )
+        assert assignment.status == "waiting"
+
+    placed = filled = 0
+    for fleet, waiting in ((20, 10), (1_000, 10), (10_000, 10), (10_000, 10_000)):
+        place_fleet(fleet - placed, radius_km=3.0 * math.sqrt(fleet / 20), rng=rng, first=placed)
+        placed = fleet
+        Drone.objects.update(status=Drone.Status.RESERVED)  # the whole fleet busy
+        busy = [d for d in Drone.objects.filter(assignments__isnull=True).values_list("pk", flat=True)[:2000]]
+        Assignment.objects.bulk_create(
+            [
+                Assignment(delivery_id=uuid.uuid4(), drone_id=pk, status="reserved", weight_kg=1, eta=timezone.now())
+                for pk in busy
+            ],
+            batch_size=2000,
+        )
+        fill_line(waiting - filled, rng)
+        filled = waiting
+        medians = milliseconds_per_call(wait_in_line, rng)
+        reference = reference or statistics.median(medians)
+        label = (
+            f"wait, no free drone, {fleet:>6} drones, {waiting:>6} waiting ({statements(wait_in_line, rng)} statements)"
+        )
+        lines.append(figures(label, medians, reference).replace("20-drone", "first"))
+
+    Assignment.objects.all().delete()
+    Drone.objects.all().delete()
+    place_fleet(1, radius_km=1.0, rng=rng)
+    Drone.objects.update(max_payload_kg=2)  # a light drone
+    drone_id, reference, filled = Drone.objects.get().pk, None, 0
+
+    def rest(_rng) -> None:
+        drone = Drone.objects.select_for_update().get(pk=drone_id)
+        assert services.scheduling.find_work(drone) is None
+
+    for waiting in (10, 10_000):
+        fill_line(waiting - filled, rng)
+        Assignment.objects.filter(status="waiting").update(weight_kg=9)  # heavy parcels only
+        filled = waiting
+        medians = milliseconds_per_call(rest, rng)
+        reference = reference or statistics.median(medians)
+        label = f"a freed 2 kg drone, {waiting:>6} heavy parcels waiting ({statements(rest, rng)} statements)"
+        lines.append(figures(label, medians, reference).replace("20-drone", "first"))
+    print("\n[bench] worst cases (PostgreSQL; rolled back):\n  " + "\n  ".join(lines))
