@@ -51,6 +51,10 @@ from outbox.publishing import publish
 from outbox.relay import Relay
 from outbox.retention import prune
 from outbox.subscriptions import message_to, queue_name, routing_table, subscribers_of
+from outbox.sweep import lag_seconds as sweep_lag_seconds
+from outbox.sweep import sweep_unacknowledged
+
+SWEEP_GRACE = 5  # seconds: the end-to-end figure's sweep settles rows this long after they were relayed
 
 BASE = (47.6205, -122.3493)  # where the fleet is seeded and requests are drawn around
 
@@ -111,6 +115,27 @@ def publish_events(count: int, *, per_transaction: int = 500) -> float:
             for event in events[start : start + per_transaction]:
                 publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
     return time.perf_counter() - began
+
+
+def sweep_settling(events: int) -> float:
+    """Seconds the redelivery sweep takes to settle `events` relayed rows that every recipient has
+    acknowledged (an inbox row each), all past their grace: its capacity, when nothing is lost."""
+    empty_the_outbox_and_queues()
+    publish_events(events)
+    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {outbox} SET published_at = now() - interval '1 hour'")
+        cursor.execute(
+            f"INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
+            f"SELECT r, message_id, type, correlation_id, now(), 0 "
+            f"FROM {outbox}, jsonb_array_elements_text(recipients) AS r"
+        )
+    began = time.perf_counter()
+    swept = sweep_unacknowledged()
+    seconds = time.perf_counter() - began
+    if swept.settled != events:
+        raise RuntimeError(f"the sweep settled {swept.settled} of {events} acknowledged rows")
+    return seconds
 
 
 def relayed_messages() -> list[tuple[str, bytes]]:
@@ -481,6 +506,7 @@ class EndToEnd:
     seconds: float  # first request accepted to last delivery terminal
     handler_runs: int  # inbox rows: handler executions that committed
     worker_rss: list[tuple[int, float]]  # (inbox rows so far, MB of all worker processes)
+    sweep_lag: float  # the redelivery sweep's largest lag seen, seconds (its grace shortened to SWEEP_GRACE)
 
     @property
     def delivered_per_second(self) -> float:
@@ -500,7 +526,9 @@ def end_to_end(
     others = (("relay_outbox", ["--progress-every", "0"]), ("rundramatiq", workers))
     # A connection for every worker thread: a thread waiting for the pool is not what is measured.
     env = {**env, "DRONE_SIMULATION_SPEEDUP": "100000", "DJANGO_DB_POOL_MAX_SIZE": str(worker_threads)}
-    rss = []  # (messages handled, MB) of the worker processes, after the first tenth and at the end
+    # The sweep at load: a grace and an interval short enough that it settles rows during the run.
+    env.update(OUTBOX_SWEEP_GRACE_SECONDS=str(SWEEP_GRACE), OUTBOX_SWEEP_INTERVAL_SECONDS=str(SWEEP_GRACE))
+    rss, lags = [], [0.0]  # (messages handled, MB) of the worker processes, after the first tenth and at the end
     with serving(env, workers=2, threads=4, others=others) as (port, processes):
         api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
         ids = simulation.submit(api, customer_requests(deliveries), concurrency=8, rate=0, progress=lambda done: None)
@@ -511,6 +539,7 @@ def end_to_end(
                 rss.append((InboxMessage.objects.count(), _resident_megabytes(processes[-1].pid)))
             if time.monotonic() > deadline:
                 raise RuntimeError("deliveries still not terminal 600 s after the last request")
+            lags.append(sweep_lag_seconds(grace=SWEEP_GRACE))
             time.sleep(0.5)
         rss.append((InboxMessage.objects.count(), _resident_megabytes(processes[-1].pid)))
     span = mine.aggregate(first=Min("created_at"), last=Max("updated_at"))
@@ -520,6 +549,7 @@ def end_to_end(
         seconds=(span["last"] - span["first"]).total_seconds(),
         handler_runs=InboxMessage.objects.count(),
         worker_rss=rss,
+        sweep_lag=max(lags),
     )
 
 

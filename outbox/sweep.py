@@ -139,8 +139,9 @@ def _settle_acknowledged(ids: list[int], *, now) -> set[int]:
         return {row_id for (row_id,) in cursor.fetchall()}
 
 
-def lag_seconds() -> float:
+def lag_seconds(*, grace: float | None = None) -> float:
     """How far the sweep is behind: the age of the oldest unsettled row beyond its grace (0 when none)."""
+    grace = settings.OUTBOX_SWEEP_GRACE_SECONDS if grace is None else grace
     oldest = (
         OutboxMessage.objects.filter(target_subscriber="", acknowledged_at__isnull=True, published_at__isnull=False)
         .filter(published_at__gte=timezone.now() - timedelta(seconds=settings.OUTBOX_SWEEP_HORIZON_SECONDS))
@@ -150,7 +151,7 @@ def lag_seconds() -> float:
     )
     if oldest is None:
         return 0.0
-    return max(0.0, (timezone.now() - oldest).total_seconds() - settings.OUTBOX_SWEEP_GRACE_SECONDS)
+    return max(0.0, (timezone.now() - oldest).total_seconds() - grace)
 
 
 def _only_sweeper() -> bool:

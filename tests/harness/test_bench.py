@@ -29,6 +29,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "dramatiq_enqueue",
         "relay_1",
         "publish",
+        "sweep",
         *(f"{to}_p{q}_at_20" for to in ("handler", "confirmed") for q in (50, 99)),
         "claim_empty",
         "claim_history",
@@ -41,10 +42,13 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "end_to_end",
         "handler_runs",
         "worker_rss_growth",
+        "sweep_lag",
         "embedded_hop_p50",
         "embedded_hop_p99",
     }
     growth = result["figures"].pop("worker_rss_growth")  # may be 0 or less
+    assert result["figures"].pop("sweep_lag")["min"] >= 0  # 0 when it is never behind
+    assert result["figures"]["sweep"]["reference"] == "relay_1"
     assert growth["min"] <= growth["median"] <= growth["max"] and "handler runs" in growth["note"]
     assert all(f["median"] > 0 and f["min"] <= f["median"] <= f["max"] for f in result["figures"].values())
     assert result["figures"]["relay_1"]["reference"] == "raw_pipelined"

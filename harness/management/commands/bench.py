@@ -119,6 +119,12 @@ class Command(BaseCommand):
             "publish": bench.Figure(
                 "publish(), 500 events a transaction", "events/s", note="delivery.requested, ~800 B"
             ),
+            "sweep": bench.Figure(
+                "sweep, settling acknowledged copies",
+                "messages/s",
+                reference=f"relay_{relays[0]}",
+                note="2 copies a row",
+            ),
             **{
                 f"{to}_p{q}_at_{rate:g}": bench.Figure(f"commit to {to} p{q} at {rate:g} events/s", "ms")
                 for rate in latency[0]
@@ -143,6 +149,8 @@ class Command(BaseCommand):
                 seconds = bench.drain_with_relay_processes(n, database_url=scratch.database_url)
                 figures[f"relay_{n}"].values.append(messages / seconds)
                 self._progress(figures[f"relay_{n}"])
+            figures["sweep"].values.append(messages / bench.sweep_settling(events))
+            self._progress(figures["sweep"])
             for rate in latency[0]:
                 bench.empty_the_outbox_and_queues()
                 latencies = bench.commit_to_handler_latency(rate=rate, seconds=latency[1], env=scratch.env())
@@ -179,6 +187,9 @@ class Command(BaseCommand):
             "end_to_end": bench.Figure(f"delivered per second, end to end ({setup})", "deliveries/s"),
             "handler_runs": bench.Figure("handler executions per delivery", "runs"),
             "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
+            "sweep_lag": bench.Figure(
+                f"sweep's largest lag during it ({bench.SWEEP_GRACE} s grace and interval)", "s", note="0: never behind"
+            ),
         }
         for _ in range(runs):
             result = bench.end_to_end(deliveries=deliveries, drones=drones, env=scratch.env())
@@ -187,6 +198,7 @@ class Command(BaseCommand):
             figures["end_to_end"].note = f"last run: {result.delivered:,} of {result.requested:,} delivered"
             (handled_then, rss_then), (handled_now, rss_now) = result.worker_rss
             figures["worker_rss_growth"].values.append(rss_now - rss_then)
+            figures["sweep_lag"].values.append(result.sweep_lag)
             figures["worker_rss_growth"].note = (
                 f"last run: {rss_then:.0f} MB after {handled_then:,} handler runs, "
                 f"{rss_now:.0f} MB after {handled_now:,}"
