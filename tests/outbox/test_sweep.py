@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+from harness.bench import relayed_and_acknowledged
 from outbox.dead_letter_actions import replay_dead_letter
 from outbox.dead_letters import record_dead_letter
 from outbox.dispatch import dispatch
@@ -91,30 +92,6 @@ def test_the_sweep_waits_out_the_grace_period_and_leaves_events_beyond_its_horiz
 
     assert (swept.looked_at, swept.resent) == (0, 0)  # one too recent, one too old
     assert not InboxMessage.objects.exists()
-
-
-def relayed_and_acknowledged(count: int, *, seconds_ago: float, acknowledged_by=("probe_a", "probe_b")) -> None:
-    """`count` events the relay sent `seconds_ago`, each processed by `acknowledged_by`: written in
-    two statements, as fast as a busy system produces them."""
-    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH rows AS (
-                INSERT INTO {outbox} (message_id, type, version, source, occurred_at, correlation_id, stream, sequence,
-                    hops, payload, available_at, published_at, claimed_by, send_attempts, target_subscriber,
-                    recipients, trace_context, resends)
-                SELECT gen_random_uuid(), 'probe.pinged', 1, 'probe', t, gen_random_uuid(),
-                    'load:' || gen_random_uuid(), 1, 0, '{{"n": 0}}', t, t, '', 1, '',
-                    '["probe_a", "probe_b"]', '{{}}', 0
-                FROM generate_series(1, %s), (SELECT now() - make_interval(secs => %s) AS t) AS sent
-                RETURNING message_id, correlation_id
-            )
-            INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates)
-            SELECT s, message_id, 'probe.pinged', correlation_id, now(), 0 FROM rows, unnest(%s::text[]) AS s
-            """,
-            [count, seconds_ago, list(acknowledged_by)],
-        )
 
 
 @pytest.mark.postgres
