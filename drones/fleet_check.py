@@ -10,7 +10,7 @@ that joins the line and ending once the line is empty, hands every free drone to
 """
 
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid5
 
 from django.conf import settings
 
@@ -21,19 +21,28 @@ from outbox.publishing import publish
 
 # Free drones offered per check: more come free only as deliveries end, which looks for work anyway.
 DRONES_PER_CHECK = 200
-# The fleet check's own story: its timers share this correlation id, apart from any delivery's.
+# The namespace of the fleet check's timers' correlation ids, apart from any delivery's.
 FLEET_CHECK_ID = UUID("3b8f5d0e-2c4a-4f7b-9d61-7a0c5e9b1f24")
+# A chain whose timer is this many intervals late is taken for dead and replaced.
+STALE_AFTER = 10
 
 
 def keep_running(*, now: datetime) -> None:
-    """A delivery joins the line: make sure a check is coming (one indexed read when it is)."""
-    stale = now - 2 * _interval()
+    """A delivery joins the line: make sure a check is coming (one indexed read when it is).
+
+    Called with the waiting line's lock held: the check's row is never waited for here (`check`
+    holds it while it takes that lock), a locked row means a check is running and will go on.
+    A chain counts as dead only when its timer is many intervals late (dead-lettered, or its
+    queue lost), not merely delayed by a busy relay: a restart bumps the generation, and a chain
+    restarted on every arrival would never get to run."""
+    stale = now - STALE_AFTER * _interval()
     if FleetCheck.objects.filter(due_at__gt=stale).exists():
         return
-    check, _ = FleetCheck.objects.select_for_update().get_or_create(id=1)
-    if check.due_at is not None and check.due_at > stale:
-        return  # started meanwhile
-    check.generation += 1  # a chain that died (its timer dead-lettered) is replaced, not doubled
+    FleetCheck.objects.bulk_create([FleetCheck(id=1)], ignore_conflicts=True)
+    check = FleetCheck.objects.select_for_update(skip_locked=True).filter(id=1).first()
+    if check is None or (check.due_at is not None and check.due_at > stale):
+        return  # a check is running, or started meanwhile
+    check.generation += 1  # a chain that died is replaced, not doubled
     _schedule_next(check, now=now)
 
 
@@ -62,7 +71,9 @@ def _schedule_next(check: FleetCheck, *, now: datetime) -> None:
     publish(
         DroneFleetCheckDue(generation=check.generation),
         stream="fleet:check",
-        correlation_id=FLEET_CHECK_ID,
+        # Each link a story of its own: a chain of timers is periodic work, not a causal loop, and
+        # under one correlation id its hops would reach OUTBOX_MAX_HOPS (loop_detected) in minutes.
+        correlation_id=uuid5(FLEET_CHECK_ID, f"{check.generation}:{check.due_at.isoformat()}"),
         available_at=check.due_at,
     )
 

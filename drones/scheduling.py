@@ -170,17 +170,20 @@ def offer_drone(assignment: Assignment) -> None:
         reserve(drone, assignment, now=timezone.now())
 
 
+def place_in_line(assignment: Assignment, *, now: datetime) -> datetime:
+    """The rank of a delivery joining (or in) the line: from when it started waiting, except a booked
+    pickup whose reservation found no free drone, which has waited, in effect, since it was booked:
+    it takes its place by its pickup time, not behind the walk-ins of the last minutes."""
+    since = assignment.waiting_since or now
+    if assignment.reserve_at is not None and assignment.pickup_time is not None:
+        since = min(since, assignment.pickup_time - timedelta(seconds=settings.DRONE_QUEUE_AGING_SECONDS))
+    return rank(since=since, deadline=assignment.deadline, priority=assignment.priority)
+
+
 def _wait(assignment: Assignment, *, now: datetime, head_of_line: bool) -> None:
-    # A booked pickup whose reservation found no free drone has waited, in effect, since it was
-    # booked: it takes its place by its pickup time, not behind the walk-ins of the last minutes.
-    booked = assignment.reserve_at is not None and assignment.pickup_time is not None
-    aging = timedelta(seconds=settings.DRONE_QUEUE_AGING_SECONDS)
-    since = min(now, assignment.pickup_time - aging) if booked else now
     assignment.status, assignment.drone = Assignment.Status.WAITING, None
     assignment.waiting_since = assignment.waiting_since or now
-    assignment.rank_at = (
-        HEAD_OF_LINE if head_of_line else rank(since=since, deadline=assignment.deadline, priority=assignment.priority)
-    )
+    assignment.rank_at = HEAD_OF_LINE if head_of_line else place_in_line(assignment, now=now)
     assignment.expected_pickup_at = _expected_pickup(assignment, now=now)
     _save(assignment)
     _announce_waiting(assignment, reason="fleet_busy", expected_pickup_at=assignment.expected_pickup_at)

@@ -137,8 +137,7 @@ def reschedule_drone(
 def _move_deadline(assignment: Assignment, deadline: datetime | None) -> None:
     assignment.deadline = deadline
     if assignment.status == Assignment.Status.WAITING and assignment.rank_at != scheduling.HEAD_OF_LINE:
-        since = assignment.waiting_since or timezone.now()
-        assignment.rank_at = scheduling.rank(since=since, deadline=deadline, priority=assignment.priority)
+        assignment.rank_at = scheduling.place_in_line(assignment, now=timezone.now())
     assignment.save()
 
 

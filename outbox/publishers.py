@@ -154,6 +154,7 @@ class PipelinedPublisher:
             part = self.collect(wait=0.05)
             outcome.confirmed |= part.confirmed
             outcome.refused |= part.refused
+            outcome.acked.update(part.acked)
             outcome.error = part.error
             if part.error is not None or not self._copies_left:
                 return outcome
@@ -223,7 +224,7 @@ class PipelinedPublisher:
                 if copy.key in self._copies_left:
                     self._copies_left[copy.key] -= 1
                     self._acked.setdefault(copy.key, set()).add(copy.queue)
-            else:
+            elif copy.key in self._copies_left:
                 self._refused.add(copy.key)  # a nack, or the ack of a copy that came back unrouted
 
     def _on_return(self, channel, method, properties, body) -> None:
@@ -238,7 +239,8 @@ class PipelinedPublisher:
             copy = self._pending[tag]
             if not copy.returned:
                 copy.returned = True
-                self._refused.add(copy.key)
+                if copy.key in self._copies_left:
+                    self._refused.add(copy.key)
                 break
         logger.warning("broker returned %s for queue %s: %s", message_id, method.routing_key, method.reply_text)
 

@@ -166,9 +166,12 @@ class Relay:
         it was. Send the rows again in halves until the one that closes the channel is alone; only
         that row is a suspect. Returns what was sent, the suspects, and, should the broker be lost
         meanwhile, the rows not yet resolved with the error."""
-        sent, suspects, groups = [], [], [rows]
+        sent, suspects = [], []
+        groups = [rows[: len(rows) // 2], rows[len(rows) // 2 :]] if len(rows) > 1 else [rows]
         while groups:
             group = groups.pop()
+            if not group:
+                continue
             unresolved = {_key(row): row for row in group}
             outcome = self.publisher.publish([(key, self._copies(row)) for key, row in unresolved.items()])
             sent += [unresolved.pop(key) for key in outcome.confirmed if key in unresolved]

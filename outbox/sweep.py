@@ -54,11 +54,14 @@ class Swept:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-def sweep_unacknowledged(*, limit: int | None = None, page_size: int = PAGE_SIZE) -> Swept:
+def sweep_unacknowledged(
+    *, limit: int | None = None, page_size: int = PAGE_SIZE, stop: threading.Event | None = None
+) -> Swept:
     """Settle what every recipient acknowledged, resend what one has not, give up after a bound:
-    page after page, until every unsettled row past its grace was looked at (or `limit` were)."""
-    swept, now, after = Swept(), timezone.now(), None
-    while limit is None or swept.looked_at < limit:
+    page after page, until every unsettled row past its grace was looked at (or `limit` were, or
+    `stop` is set)."""
+    swept, now, after = Swept(), _now(), None
+    while (limit is None or swept.looked_at < limit) and not (stop and stop.is_set()):
         size = page_size if limit is None else min(page_size, limit - swept.looked_at)
         page, after = _sweep_page(now=now, after=after, size=size)
         if page.skipped:
@@ -105,11 +108,14 @@ def _sweep_page(*, now, after: tuple | None, size: int) -> tuple[Swept, tuple | 
         waiting = _unacknowledged(rows)
         settled = [row.id for row in rows if not waiting.get(row.message_id)]
         swept.settled = len(settled_at_once) + OutboxMessage.objects.filter(id__in=settled).update(acknowledged_at=now)
+        owed = {(row.message_id, s) for row in rows for s in waiting.get(row.message_id, ())}
+        copies = _copies_sent_again(owed)
         for row in sorted(rows, key=lambda row: row.id):
             for subscriber in waiting.get(row.message_id, ()):
-                if _resend(row, subscriber, now=now):
+                copy = copies.get((row.message_id, subscriber))
+                if _resend(row, subscriber, copy, now=now):
                     swept.resent += 1
-                elif _give_up(row, subscriber, now=now):
+                elif _give_up(row, subscriber, copy, now=now):
                     swept.dead_lettered += 1
     return swept, (keys[-1] if keys else after)
 
@@ -140,7 +146,8 @@ def _settle_acknowledged(ids: list[int], *, now) -> set[int]:
 
 
 def lag_seconds(*, grace: float | None = None) -> float:
-    """How far the sweep is behind: the age of the oldest unsettled row beyond its grace (0 when none)."""
+    """The age of the oldest unsettled relayed row beyond its grace (0 when none): the sweep behind,
+    or a subscriber that has not acknowledged it (an outage; the sweep is resending to it)."""
     grace = settings.OUTBOX_SWEEP_GRACE_SECONDS if grace is None else grace
     oldest = (
         OutboxMessage.objects.filter(target_subscriber="", acknowledged_at__isnull=True, published_at__isnull=False)
@@ -188,10 +195,29 @@ def _unacknowledged(rows: list[OutboxMessage]) -> dict[UUID, list[str]]:
     return missing
 
 
-def _resend(row: OutboxMessage, subscriber: str, *, now) -> bool:
+def _now():
+    """The database's clock, which also stamped `published_at`; the process's on SQLite (one host)."""
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def _copies_sent_again(owed: set[tuple[UUID, str]]) -> dict[tuple[UUID, str], OutboxMessage]:
+    """The copies for one subscriber (resends, replays) of the page's unacknowledged events, locked,
+    in one query: during a subscriber's outage every row of every page is owed to it."""
+    if not owed:
+        return {}
+    copies = OutboxMessage.objects.select_for_update().filter(
+        message_id__in={message_id for message_id, _ in owed},
+        target_subscriber__in={subscriber for _, subscriber in owed},
+    )
+    return {(c.message_id, c.target_subscriber): c for c in copies.order_by("id")}
+
+
+def _resend(row: OutboxMessage, subscriber: str, existing: OutboxMessage | None, *, now) -> bool:
     """Queue a copy for `subscriber` alone, unless one is on its way or the resends are spent."""
-    copy = OutboxMessage.objects.select_for_update().filter(message_id=row.message_id, target_subscriber=subscriber)
-    existing = copy.first()
     grace = timedelta(seconds=settings.OUTBOX_SWEEP_GRACE_SECONDS)
     if existing is None:
         OutboxMessage.objects.create(
@@ -216,7 +242,7 @@ def _resend(row: OutboxMessage, subscriber: str, *, now) -> bool:
         return False  # a copy is on its way, or had too little time yet
     if existing.resends >= settings.OUTBOX_SWEEP_MAX_RESENDS:
         return False
-    copy.update(
+    OutboxMessage.objects.filter(pk=existing.pk).update(
         published_at=None,
         claimed_until=None,
         claimed_by="",
@@ -227,13 +253,14 @@ def _resend(row: OutboxMessage, subscriber: str, *, now) -> bool:
     return True
 
 
-def _give_up(row: OutboxMessage, subscriber: str, *, now) -> bool:
-    spent = OutboxMessage.objects.filter(
-        Q(published_at__lte=now - timedelta(seconds=settings.OUTBOX_SWEEP_GRACE_SECONDS)),
-        message_id=row.message_id,
-        target_subscriber=subscriber,
-        resends__gte=settings.OUTBOX_SWEEP_MAX_RESENDS,
-    ).exists()
+def _give_up(row: OutboxMessage, subscriber: str, copy: OutboxMessage | None, *, now) -> bool:
+    grace = timedelta(seconds=settings.OUTBOX_SWEEP_GRACE_SECONDS)
+    spent = (
+        copy is not None
+        and copy.resends >= settings.OUTBOX_SWEEP_MAX_RESENDS
+        and copy.published_at is not None
+        and copy.published_at <= now - grace
+    )
     if spent:
         record_dead_letter(
             subscriber=subscriber,
@@ -261,7 +288,7 @@ class Sweeper(threading.Thread):
         try:
             while not self.stop.is_set():
                 try:
-                    sweep_unacknowledged()
+                    sweep_unacknowledged(stop=self.stop)
                     self.runs += 1
                 except Exception as error:
                     logger.warning("redelivery sweep failed, will try again: %s", error, exc_info=True)

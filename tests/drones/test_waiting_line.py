@@ -482,6 +482,18 @@ def test_a_booked_pickup_that_finds_no_free_drone_is_ranked_by_its_pickup_time(
     line = list(Assignment.objects.filter(status="waiting").order_by("rank_at", "waiting_since"))
     assert [a.delivery_id for a in line] == [booked, *walk_ins]  # not behind the last minutes' walk-ins
     assert abs(assignment(booked).rank_at - pickup) < timedelta(milliseconds=1)
+    later = assignment(booked)
+    services.reschedule_drone(  # a new deadline alone, well after the pickup: the place in line holds
+        delivery_id=booked,
+        round=1,
+        pickup=Point(later.pickup_latitude, later.pickup_longitude),
+        dropoff=Point(later.dropoff_latitude, later.dropoff_longitude),
+        weight_kg=later.weight_kg,
+        pickup_time=pickup,
+        deadline=pickup + timedelta(hours=5),
+        change=later.change + 1,
+    )
+    assert abs(assignment(booked).rank_at - pickup) < timedelta(milliseconds=1)
     choreography.settle(first)
     assert assignment(booked).status == "reserved"
 

@@ -202,6 +202,7 @@ def test_a_copy_the_broker_returns_never_counts_as_delivered_whatever_its_siblin
     assert outcome.error is None
     assert outcome.confirmed == set()  # no row had every copy delivered
     assert outcome.refused == set(range(2000))
+    assert {frozenset(queues) for queues in outcome.acked.values()} == {frozenset({live})}  # what did arrive
 
 
 class PublisherWithAPoisonRow(PipelinedPublisher):

@@ -192,3 +192,13 @@ def test_a_replay_the_broker_lost_is_sent_again_by_the_sweep(broker, transaction
     assert dispatch(subscriber="probe_b", body=message.args[0])
     letter.refresh_from_db()
     assert letter.status == "processed"
+
+
+@pytest.mark.postgres
+def test_a_sweep_asked_to_stop_stops_between_pages(transactional_db, no_grace):
+    relayed_and_acknowledged(10, seconds_ago=30)
+    stopped = threading.Event()
+    stopped.set()
+
+    assert sweep_unacknowledged(stop=stopped).pages == 0  # a relay stopping does not wait for a catch-up run
+    assert sweep_unacknowledged().settled == 10
