@@ -1,5 +1,6 @@
 """The customer REST API (django-ninja): thin views over services and selectors."""
 
+import hashlib
 import json
 from uuid import UUID, uuid4
 
@@ -257,9 +258,21 @@ def request_delivery(
     ),
 ):
     package = payload.package_info
-    delivery, _ = services.request_delivery(
+    try:
+        delivery, _ = _request_delivery(request, payload, package, idempotency_key)
+    except services.IdempotencyKeyReused as error:
+        return refused(422, error, "Idempotency-Key")
+    except services.IdempotencyKeyInFlight as error:
+        return refused(409, error, "Idempotency-Key")
+    response["Location"] = f"/api/deliveries/{delivery.id}"
+    return Status(202, delivery.first_answer)
+
+
+def _request_delivery(request, payload, package, idempotency_key):
+    return services.request_delivery(
         customer=request.auth,
         idempotency_key=idempotency_key,
+        fingerprint=_fingerprint(request.body),
         request=services.DeliveryRequest(
             pickup=payload.pickup_location.model_dump(),
             dropoff=payload.drop_off_location.model_dump(),
@@ -274,8 +287,12 @@ def request_delivery(
         ),
         answer=lambda d: DeliveryAccepted.model_validate(_accepted(d)).model_dump(mode="json", by_alias=True),
     )
-    response["Location"] = f"/api/deliveries/{delivery.id}"
-    return Status(202, delivery.first_answer)
+
+
+def _fingerprint(body: bytes) -> str:
+    """The request as its JSON says it, whatever the order of its keys and its white space."""
+    canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 PAGE_SIZE = 20

@@ -95,7 +95,10 @@ def on_position_reported(message: Received[Position]) -> None:
     flight.record_position(delivery_id=message.payload.delivery_id, location=_location(message.payload))
 
 
-@subscribe("deliveries", "drone.arrived", reader=Position, ordered=True)
+# Not ordered: the arrival supersedes the flight's position reports by design (a report handled
+# after it changes nothing: the delivery is no longer in transit), so it neither waits for them nor
+# counts the ones it overtook as a gap.
+@subscribe("deliveries", "drone.arrived", reader=Position)
 def on_drone_arrived(message: Received[Position]) -> None:
     flight.record_arrival(delivery_id=message.payload.delivery_id, location=_location(message.payload))
 

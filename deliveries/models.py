@@ -94,6 +94,9 @@ class Delivery(models.Model):
     confirmation = models.JSONField(null=True, blank=True, help_text="The confirmation that completed it.")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)
     first_answer = models.JSONField(null=True, blank=True, help_text="The 202 body, answered again for a repeat.")
+    request_fingerprint = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of the request made under the idempotency key."
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequested, Location, PackageInfo, priority_of
@@ -34,24 +34,38 @@ class DeliveryRequest:
     package_tag: str
 
 
+class IdempotencyKeyReused(ValueError):
+    """The key came with a different request before: the client must not believe this one was taken."""
+
+
+class IdempotencyKeyInFlight(Exception):
+    """A request with the same key is still being processed: answer when it is, retry then."""
+
+
 def request_delivery(
     *,
     customer: Customer,
     request: DeliveryRequest,
     idempotency_key: str | None = None,
+    fingerprint: str = "",
     answer: Callable[[Delivery], dict],
 ) -> tuple[Delivery, bool]:
     """Accept a request: the delivery and `delivery.requested` commit together.
 
-    A repeated `idempotency_key` returns the first delivery (and False) and creates nothing;
-    `answer` renders the reply that a repeat will be given again.
+    A repeated `idempotency_key` with the same request (`fingerprint`) returns the first delivery
+    (and False) and creates nothing; `answer` renders the reply that a repeat is given again. The
+    same key with a different request is refused (`IdempotencyKeyReused`), and while the first
+    request with a key is still in its transaction, a second one is refused too
+    (`IdempotencyKeyInFlight`): the IETF Idempotency-Key draft's 422 and 409.
     """
     if idempotency_key:
         earlier = Delivery.objects.filter(customer=customer, idempotency_key=idempotency_key).first()
         if earlier:
-            return earlier, False
+            return _repeated(earlier, fingerprint), False
     try:
         with transaction.atomic():
+            if idempotency_key and not _hold_the_key(customer, idempotency_key):
+                raise IdempotencyKeyInFlight("a request with this Idempotency-Key is still being processed")
             delivery = Delivery(
                 customer=customer,
                 pickup_location=request.pickup,
@@ -65,6 +79,7 @@ def request_delivery(
                 package_weight_kg=request.package_weight_kg,
                 package_tag=request.package_tag,
                 idempotency_key=idempotency_key,
+                request_fingerprint=fingerprint if idempotency_key else "",
             )
             delivery.first_answer = answer(delivery)  # from the fields alone: written with them, in one INSERT
             delivery.save(force_insert=True)
@@ -92,8 +107,27 @@ def request_delivery(
     except IntegrityError:
         if not idempotency_key:
             raise
-        # A concurrent request with the same key won the race.
-        return Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), False
+        # A concurrent request with the same key committed first.
+        return _repeated(Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), fingerprint), False
+
+
+def _repeated(earlier: Delivery, fingerprint: str) -> Delivery:
+    """The first delivery made under a key, for a request that must be the same one again."""
+    if earlier.request_fingerprint and fingerprint and earlier.request_fingerprint != fingerprint:
+        raise IdempotencyKeyReused("this Idempotency-Key was used for a different request")
+    return earlier
+
+
+def _hold_the_key(customer: Customer, key: str) -> bool:
+    """Hold the key until this transaction ends; False if another request holds it (PostgreSQL:
+    an advisory lock, never waited for. SQLite serialises writers: nothing can be in flight)."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [f"idempotency:{customer.pk}:{key}"]
+        )
+        return cursor.fetchone()[0]
 
 
 def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str = "cancelled_by_customer") -> Delivery:

@@ -1,10 +1,12 @@
 """The customer API: the ingestion contract, ownership, and clear errors for bad input."""
 
 import json
+import threading
 from datetime import timedelta
 from uuid import UUID, uuid4
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -31,15 +33,71 @@ def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(cu
     assert all(t.available_at > event.available_at for t in timers)
 
 
-def test_repeating_an_idempotency_key_answers_the_first_answer_and_creates_nothing(customer):
-    first = customer.request(delivery_request(), **{"Idempotency-Key": "k1"})
-    again = customer.request(delivery_request(expedited=True), **{"Idempotency-Key": "k1"})
+def test_repeating_an_idempotency_key_with_the_same_request_answers_the_first_answer_and_creates_nothing(customer):
+    body = delivery_request()
+    first = customer.request(body, **{"Idempotency-Key": "k1"})
+    same_request = dict(reversed(list(body.items())))  # the same JSON, its keys in another order
+    again = customer.request(same_request, **{"Idempotency-Key": "k1"})
 
     assert first.status_code == again.status_code == 202
     assert again.json() == first.json()
     assert Delivery.objects.count() == 1
     assert OutboxMessage.objects.filter(type="delivery.requested").count() == 1
     assert customer.request(**{"Idempotency-Key": "k2"}).json()["deliveryId"] != first.json()["deliveryId"]
+
+
+def test_the_same_idempotency_key_with_a_different_request_is_refused_and_takes_nothing(customer):
+    small = delivery_request()
+    large = {**small, "packageInfo": {"size": "Large", "weight": 9, "tag": "books"}}
+    assert customer.request(small, **{"Idempotency-Key": "k1"}).status_code == 202
+
+    second = customer.request(large, **{"Idempotency-Key": "k1"})
+
+    assert second.status_code == 422  # the client learns its second order was not taken
+    assert second.json()["errors"] == [
+        {"field": "Idempotency-Key", "message": "this Idempotency-Key was used for a different request"}
+    ]
+    assert Delivery.objects.count() == 1 and Delivery.objects.get().package_size == "Small"
+
+
+@pytest.mark.postgres
+def test_a_duplicate_sent_while_the_first_is_still_in_its_transaction_gets_409(customer, transactional_db, monkeypatch):
+    from deliveries import services
+
+    body, inside, go, answers = delivery_request(), threading.Event(), threading.Event(), {}
+    set_timers = services.set_timers
+
+    def set_timers_then_pause(delivery, **kwargs):
+        set_timers(delivery, **kwargs)
+        if threading.current_thread().name == "first":
+            inside.set()
+            go.wait(20)  # the first request's transaction is open, its key held
+
+    monkeypatch.setattr(services, "set_timers", set_timers_then_pause)
+
+    def send(name):
+        try:
+            client = Client(headers={"Authorization": f"Bearer {customer.token}"})
+            answers[name] = client.post(
+                "/api/deliveryrequests", body, content_type="application/json", headers={"Idempotency-Key": "k1"}
+            )
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=send, args=("first",), name="first")
+    first.start()
+    try:
+        assert inside.wait(20)
+        send("second")
+    finally:
+        go.set()
+        first.join(30)
+
+    assert answers["second"].status_code == 409
+    assert answers["second"].json()["errors"][0]["field"] == "Idempotency-Key"
+    assert answers["first"].status_code == 202
+    assert customer.request(body, **{"Idempotency-Key": "k1"}).json() == answers["first"].json()  # then, the answer
+    assert Delivery.objects.count() == 1
 
 
 def test_a_customer_lists_and_reads_their_own_deliveries(customer):
