@@ -26,12 +26,13 @@ def route_km(*stops: Point) -> float:
 
 
 def waypoints(stops: list[Point], count: int) -> list[tuple[float, Point]]:
-    """`count` points evenly spaced along the route, each with its distance from the start."""
+    """`count` points evenly spaced along the route before its end, each with its distance from the
+    start: the last is short of the destination, so a report is never due with the arrival."""
     legs = [(a, b, distance_km(a, b)) for a, b in zip(stops, stops[1:], strict=False)]
     total = sum(length for _, _, length in legs)
     points = []
     for i in range(1, count + 1):
-        target = total * i / count
+        target = total * i / (count + 1)
         travelled = 0.0
         for a, b, length in legs:
             if travelled + length >= target or (a, b, length) == legs[-1]:

@@ -5,7 +5,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -68,11 +68,21 @@ class TooManyRequests(Exception):
 
 
 def request_notifications(*, delivery_id: UUID, email_address: str = "", sms: str = "") -> NotifyMeRequest:
+    """Keep a notify-me request, within the delivery's cap. Concurrent requests for one delivery are
+    counted one after another (a lock on the delivery's requests), or each could see room left."""
     with transaction.atomic():
+        _lock_the_requests_of(delivery_id)
         limit = settings.NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY
         if NotifyMeRequest.objects.filter(delivery_id=delivery_id).count() >= limit:
             raise TooManyRequests(f"a delivery takes at most {limit} notify-me requests")
         return NotifyMeRequest.objects.create(delivery_id=delivery_id, email_address=email_address, sms=sms)
+
+
+def _lock_the_requests_of(delivery_id: UUID) -> None:
+    """Until the transaction ends (PostgreSQL; SQLite serialises its writers)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"notify-me:{delivery_id}"])
 
 
 def log_sms(*, to: str, text: str) -> None:

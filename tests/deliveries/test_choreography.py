@@ -151,6 +151,26 @@ def test_reports_in_order_leave_no_gap_and_a_skipped_one_is_logged_and_counted(c
     assert Delivery.objects.get(id=delivery_id).last_known_location["latitude"] == third.payload["latitude"]
 
 
+def test_an_arrival_handled_before_the_last_reports_counts_no_gap_and_warns_of_nothing(
+    customer, fleet, choreography, caplog
+):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    reports = choreography.pending(delivery_id, "drone.position_reported")
+    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
+    assert max(r.available_at for r in reports) < arrived.available_at  # no report is due with the arrival
+
+    choreography.hand_over(reports[0])
+    choreography.hand_over(arrived)  # workers handled it first
+    for report in reports[1:]:
+        choreography.hand_over(report)
+
+    assert status(delivery_id) == "delivered"
+    cursor = StreamCursor.objects.get(subscriber="deliveries", stream=f"flight:{delivery_id}")
+    assert (cursor.gaps, cursor.stale) == (0, 0)  # nothing that reads like an incident in the overview
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_notifications_record_one_per_delivery_and_kind(customer, fleet, choreography):
     delivery_id = requested(customer)
     choreography.settle(delivery_id)

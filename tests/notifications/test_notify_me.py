@@ -138,3 +138,59 @@ def test_a_delivery_takes_a_bounded_number_of_requests(customer, settings):
 
     assert answers == [201, 201, 409]
     assert NotifyMeRequest.objects.count() == 2
+
+
+def waiting_on_an_advisory_lock() -> bool:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.postgres
+def test_concurrent_requests_never_exceed_a_deliverys_cap(customer, transactional_db, settings, monkeypatch):
+    import threading
+
+    from django.db import connection
+
+    from notifications import services
+    from tests.waiting import wait_until
+
+    settings.NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY = 1
+    delivery_id = requested(customer)
+    counted, go, outcomes = threading.Event(), threading.Event(), []
+    create = NotifyMeRequest.objects.create
+
+    def create_after_a_pause(**fields):  # the first request has counted 0 and is about to insert
+        if threading.current_thread().name == "first":
+            counted.set()
+            go.wait(20)
+        return create(**fields)
+
+    monkeypatch.setattr(NotifyMeRequest.objects, "create", create_after_a_pause)
+
+    def ask_for(name):
+        try:
+            services.request_notifications(delivery_id=delivery_id, sms=f"+1425555012{len(name)}")
+            outcomes.append("kept")
+        except services.TooManyRequests:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=ask_for, args=("first",), name="first")
+    second = threading.Thread(target=ask_for, args=("second",))
+    first.start()
+    try:
+        assert counted.wait(20)
+        second.start()
+        # The second either counts at once (no lock: it sees room too) or waits for the first.
+        wait_until(lambda: outcomes or waiting_on_an_advisory_lock(), what="the second request to count or wait")
+    finally:
+        go.set()
+        first.join(30)
+        second.join(30)
+
+    assert sorted(outcomes) == ["kept", "refused"]
+    assert NotifyMeRequest.objects.filter(delivery_id=delivery_id).count() == 1
