@@ -34,13 +34,34 @@ class NotJson(Exception):
     pass
 
 
+class DuplicateKey(ValueError):
+    """A key twice in one JSON object: which one the client meant cannot be known, so neither is taken."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key!r} appears twice in one object")
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
 class JsonBodyParser(Parser):
-    """Accept JSON bodies only, so a form or text body gets a clear 415 instead of a guess."""
+    """Accept JSON bodies only, so a form or text body gets a clear 415 instead of a guess; a key
+    twice in an object, or nesting deeper than the parser goes, is a clear 400 too."""
 
     def parse_body(self, request: HttpRequest):
         if request.content_type != "application/json":
             raise NotJson(request.content_type or "none")
-        data = json.loads(request.body)
+        try:
+            data = json.loads(request.body, object_pairs_hook=_no_duplicate_keys)
+        except RecursionError:
+            raise ValueError("the JSON is nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got a JSON {type(data).__name__}")
         return data
@@ -104,9 +125,11 @@ def http_error(request, exc: HttpError):
             f"the body must be application/json, not {cause}",
             [{"field": "Content-Type", "message": "expected application/json"}],
         )
+    if isinstance(cause, DuplicateKey):
+        return _error(request, 400, str(cause), [{"field": cause.key, "message": "appears twice in one object"}])
     if isinstance(cause, ValueError):
         return _error(request, 400, "the body is not a JSON object", [{"field": "body", "message": str(cause)}])
-    return _error(request, exc.status_code, str(exc))
+    return _error(request, exc.status_code, str(exc), getattr(exc, "errors", None))
 
 
 @api.exception_handler(Throttled)
@@ -163,7 +186,9 @@ def unknown_path(request, *args, **kwargs) -> JsonResponse:
 def _own(request, delivery_id: UUID) -> Delivery:
     delivery = selectors.delivery_of(request.auth, delivery_id)
     if delivery is None:
-        raise HttpError(404, f"no delivery {delivery_id}")
+        missing = HttpError(404, f"no delivery {delivery_id}")
+        missing.errors = [{"field": "deliveryId", "message": "no such delivery of yours"}]
+        raise missing
     return delivery
 
 

@@ -1,5 +1,6 @@
 """The customer API's JSON shapes: the Fabrikam ingestion contract, camelCase on the wire."""
 
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 from uuid import UUID
@@ -52,10 +53,17 @@ Number = Annotated[float, Strict()]
 
 
 def _printable(value: str | None) -> str | None:
-    """Control characters (NUL above all, which PostgreSQL refuses in text) are no part of a label."""
-    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError("must not contain control characters")
+    """Control characters (NUL above all, which PostgreSQL refuses in text) and invisible format
+    characters (a right-to-left override that makes a label read backwards in the console, zero-width
+    spaces) are no part of a label."""
+    if value is not None and any(unicodedata.category(c) in ("Cc", "Cf") for c in value):
+        raise ValueError("must not contain control or invisible format characters")
     return value
+
+
+# The same, for the OpenAPI schema: controls, and the common format characters (bidi overrides and
+# isolates, zero-width characters, the byte order mark).
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]*$"
 
 
 class Location(CamelSchema):
@@ -80,12 +88,12 @@ class PackageInfo(CamelSchema):
 class PackageInfoIn(RequestSchema):
     package_id: UUID | None = None
     size: Literal["Small", "Medium", "Large"]
-    weight: Number = Field(gt=0, le=1000, description="kg")
+    weight: Number = Field(ge=0.001, le=1000, description="kg, at least a gram")
     tag: str | None = Field(
         None,
         max_length=100,
-        description="A label for the package, without control characters; not for personal data.",
-        json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*$"},
+        description="A label for the package, without control or invisible format characters; not for personal data.",
+        json_schema_extra={"pattern": PRINTABLE},
     )
 
     @field_validator("tag")

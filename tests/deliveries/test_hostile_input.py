@@ -36,6 +36,9 @@ HOSTILE_BODIES = {
     "NaN weight": (with_package(weight=float("nan")), "packageInfo.weight"),
     "a NUL in the tag": (with_package(tag="a\u0000b"), "packageInfo.tag"),
     "a newline in the tag": (with_package(tag="a\nb"), "packageInfo.tag"),
+    "a right-to-left override in the tag": (with_package(tag="skoob\u202e"), "packageInfo.tag"),
+    "a zero-width space in the tag": (with_package(tag="bo\u200boks"), "packageInfo.tag"),
+    "the smallest float as a weight": (with_package(weight=5e-324), "packageInfo.weight"),
     # Wrong types are refused, not coerced (issue 10 found each of these stored as something else).
     "expedited as a string": (delivery_request(expedited="true"), "expedited"),
     "expedited as a number": (delivery_request(expedited=0), "expedited"),
@@ -124,3 +127,41 @@ def test_an_unknown_path_under_the_api_answers_json_404(customer, path):
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
     assert response.json()["errors"] == [{"field": "path", "message": "not found"}]
+
+
+def posted(customer, raw: str):
+    return customer.client.post("/api/deliveryrequests", raw, content_type="application/json")
+
+
+def test_a_key_twice_in_one_object_is_refused_naming_the_key(customer):
+    raw = json.dumps(delivery_request())[:-1] + ', "expedited": true}'  # "expedited" a second time
+    response = posted(customer, raw)
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"field": "expedited", "message": "appears twice in one object"}]
+    assert not Delivery.objects.exists()
+
+
+def test_json_nested_deeper_than_any_request_is_a_400_naming_the_body(customer, settings):
+    settings.DEBUG = True  # where the recursion error's text once leaked into the answer
+    response = posted(customer, "[" * 5000 + "]" * 5000)
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"field": "body", "message": "the JSON is nested too deeply"}]
+
+
+@pytest.mark.parametrize("raw", ["{", "not json", '{"a": }'])
+def test_an_unparseable_body_names_the_body(customer, raw):
+    response = posted(customer, raw)
+
+    assert response.status_code == 400
+    assert [e["field"] for e in response.json()["errors"]] == ["body"]
+
+
+def test_another_customers_delivery_is_a_404_naming_the_delivery(customer, other_customer):
+    delivery_id = customer.request().json()["deliveryId"]
+
+    response = other_customer.get(f"/deliveries/{delivery_id}")
+
+    assert response.status_code == 404
+    assert response.json()["errors"] == [{"field": "deliveryId", "message": "no such delivery of yours"}]
