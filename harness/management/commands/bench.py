@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from harness import bench
+from harness import bench, bench_processes, bench_sweep
 from harness.scratch import scratch_run
 
 # The sweep at load: events a second (five times the system's end-to-end rate), behind a backlog.
@@ -161,9 +161,9 @@ class Command(BaseCommand):
                 seconds = bench.drain_with_relay_processes(n, database_url=scratch.database_url)
                 figures[f"relay_{n}"].values.append(messages / seconds)
                 self._progress(figures[f"relay_{n}"])
-            figures["sweep"].values.append(messages / bench.sweep_settling(events))
+            figures["sweep"].values.append(messages / bench_sweep.sweep_settling(events))
             self._progress(figures["sweep"])
-            lag = bench.sweep_lag_at_load(rate=SWEEP_LOAD, seconds=sweep_seconds, backlog=SWEEP_BACKLOG)
+            lag = bench_sweep.sweep_lag_at_load(rate=SWEEP_LOAD, seconds=sweep_seconds, backlog=SWEEP_BACKLOG)
             figures["sweep_lag"].values.append(lag)
             self._progress(figures["sweep_lag"])
             for rate in latency[0]:
@@ -186,7 +186,9 @@ class Command(BaseCommand):
             "api_p99": bench.Figure("POST /api/deliveryrequests p99", "ms"),
         }
         for _ in range(runs):
-            load = bench.api_load(workers=workers, threads=threads, clients=clients, seconds=seconds, env=scratch.env())
+            load = bench_processes.api_load(
+                workers=workers, threads=threads, clients=clients, seconds=seconds, env=scratch.env()
+            )
             if load.refused:
                 self.stdout.write(f"  answers other than 202 (status: count): {load.refused}")
             figures["api_accepted"].values.append(load.accepted_per_second)
@@ -204,7 +206,7 @@ class Command(BaseCommand):
             "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
         }
         for _ in range(runs):
-            result = bench.end_to_end(deliveries=deliveries, drones=drones, env=scratch.env())
+            result = bench_processes.end_to_end(deliveries=deliveries, drones=drones, env=scratch.env())
             figures["end_to_end"].values.append(result.delivered_per_second)
             figures["handler_runs"].values.append(result.handler_runs / result.requested)
             figures["end_to_end"].note = f"last run: {result.delivered:,} of {result.requested:,} delivered"
@@ -225,7 +227,7 @@ class Command(BaseCommand):
             for q in (50, 99)
         }
         for _ in range(runs):
-            hops = bench.embedded_hop_milliseconds(deliveries=deliveries, rate=rate)
+            hops = bench_processes.embedded_hop_milliseconds(deliveries=deliveries, rate=rate)
             for q in (50, 99):
                 figures[f"embedded_hop_p{q}"].values.append(bench.percentile(hops, q))
                 figures[f"embedded_hop_p{q}"].note = f"last run: {len(hops)} hops"
