@@ -29,6 +29,54 @@ STATUSES = (
 )
 
 
+class ServerUnusable(Exception):
+    """--url leads to no customer API that this simulation can use; the message says what answered
+    instead and what to do about it."""
+
+
+class _RedirectsReported(urllib.request.HTTPRedirectHandler):
+    """A redirect comes back as the answer, not followed: urllib would send the POST again as a GET,
+    and to an https:// URL that a plain-HTTP server then cannot answer."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def check_server(url: str) -> None:
+    """Ask `url` for the deliveries list, without a token, before anything is created: the API
+    answers 401 in JSON. Nothing listening, an unknown host, a redirect (production mode sends
+    plain HTTP to HTTPS) or a page that is not the API's JSON raise ServerUnusable, in one line."""
+    opener = urllib.request.build_opener(_RedirectsReported)
+    try:
+        with opener.open(f"{url.rstrip('/')}/api/deliveries", timeout=10) as answer:
+            status, headers = answer.status, answer.headers
+    except urllib.error.HTTPError as error:
+        status, headers = error.code, error.headers
+        error.close()
+    except OSError as error:  # URLError (refused, unknown host, TLS) or a timeout
+        raise ServerUnusable(f"could not reach {url}: {cause_of(error)}") from error
+    if 300 <= status < 400:
+        location = headers.get("Location", "")
+        if location.startswith("https://") and url.startswith("http://"):
+            raise ServerUnusable(
+                f"{url} redirected to {location}: pass the https:// URL, or start the server with "
+                "DJANGO_SECURE_SSL_REDIRECT=0 (or DJANGO_DEBUG=1) to serve plain HTTP"
+            )
+        raise ServerUnusable(f"{url} redirected to {location or 'nowhere'}: pass the URL the API answers at")
+    if headers.get_content_type() != "application/json":
+        raise ServerUnusable(
+            f"{url} answered {status} with {headers.get_content_type()}, not the customer API's JSON: "
+            "is it this project's server?"
+        )
+
+
+def cause_of(error: OSError) -> str:
+    """'connection refused', 'name or service not known', 'timed out': the cause, without errno."""
+    cause = getattr(error, "reason", error)
+    text = str(getattr(cause, "strerror", None) or cause)
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
 class Api:
     """Calls the customer API over HTTP, or in-process through Django's test client."""
 

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deliveries.customers import revoke_customer_tokens, rotate_customer_token
 from deliveries.models import Customer
+from outbox.command_arguments import duration_in_days, number
 
 
 class Command(BaseCommand):
@@ -14,16 +15,21 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["rotate", "revoke", "list"])
         parser.add_argument("name", help="The customer's name.")
         parser.add_argument(
-            "--expires-in-days", type=float, help="rotate: the new token stops working after this many days."
+            "--expires-in-days",
+            type=duration_in_days,
+            help="rotate: the new token stops working after this many days.",
         )
         parser.add_argument(
             "--grace-minutes",
-            type=float,
+            type=number(at_least=0, at_most=525_600),  # a year
             default=0,
             help="rotate: the old tokens go on working this long, so clients can switch (default: revoked at once).",
         )
 
     def handle(self, *, action, name, expires_in_days, grace_minutes, **options):
+        if action != "rotate" and (expires_in_days is not None or grace_minutes):
+            # A revoke "with 30 minutes' grace" that revoked at once would surprise whoever typed it.
+            raise CommandError(f"--expires-in-days and --grace-minutes are for rotate, not {action}")
         customer = Customer.objects.filter(name=name).first()
         if customer is None:
             raise CommandError(f"no customer named {name!r}")

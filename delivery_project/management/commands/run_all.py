@@ -1,3 +1,4 @@
+import argparse
 import os
 import shutil
 import signal
@@ -10,9 +11,24 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
 from delivery_project.broker import describe
+from outbox.command_arguments import port, whole_number
+
+
+def listening_address(text: str) -> str:
+    """HOST:PORT or PORT as runserver takes them, checked before anything starts: a web process that
+    cannot listen would otherwise be noticed only after migrate and every other child had started."""
+    found = naiveip_re.match(text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT, e.g. 127.0.0.1:8000")
+    try:
+        port(found["port"])
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"the port {error}") from None
+    return text
 
 
 class Command(BaseCommand):
@@ -22,10 +38,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--addr", default="127.0.0.1:8000", help="Where the web server listens.")
-        parser.add_argument("--relays", type=int, default=1, help="Relay processes.")
-        parser.add_argument("--processes", type=int, default=1, help="Worker processes.")
-        parser.add_argument("--threads", type=int, default=4, help="Threads per worker process.")
+        parser.add_argument(
+            "--addr", type=listening_address, default="127.0.0.1:8000", help="Where the web server listens."
+        )
+        parser.add_argument("--relays", type=whole_number(at_least=1), default=1, help="Relay processes.")
+        parser.add_argument("--processes", type=whole_number(at_least=1), default=1, help="Worker processes.")
+        parser.add_argument("--threads", type=whole_number(at_least=1), default=4, help="Threads per worker process.")
 
     def handle(self, *, addr, relays, processes, threads, verbosity, **options):
         db = settings.DATABASES["default"]

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from harness import bench, bench_processes, bench_sweep
 from harness.scratch import scratch_run
+from outbox.command_arguments import comma_separated, number, whole_number
 
 # The sweep at load: events a second (five times the system's end-to-end rate), behind a backlog.
 SWEEP_LOAD, SWEEP_BACKLOG = 1_000, 20_000
@@ -24,38 +25,48 @@ class Command(BaseCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--events", type=int, default=10_000, help="Events a relay figure drains.")
-        parser.add_argument("--runs", type=int, default=3, help="Runs of each figure (the median is reported).")
-        parser.add_argument("--relays", default="1,2,4", help="Relay process counts to measure.")
+        # Checked as they are parsed: zero runs, or zero relay processes, would fail only at the end
+        # (a median of nothing, a rate over no time), after minutes of measuring.
+        count, optional_count, positive = whole_number(at_least=1), whole_number(at_least=0), number(above=0)
+        parser.add_argument("--events", type=count, default=10_000, help="Events a relay figure drains.")
+        parser.add_argument("--runs", type=count, default=3, help="Runs of each figure (the median is reported).")
+        parser.add_argument(
+            "--relays", type=comma_separated(count), default="1,2,4", help="Relay process counts to measure."
+        )
         parser.add_argument(
             "--latency-rates",
+            type=comma_separated(positive),
             default="10,50,100,200",
             help="Offered loads (events a second, one per transaction) at which latency is measured.",
         )
-        parser.add_argument("--latency-seconds", type=float, default=30.0)
-        parser.add_argument("--api-workers", type=int, default=2, help="gunicorn worker processes for the API figure.")
-        parser.add_argument("--api-threads", type=int, default=4, help="Threads per gunicorn worker (gthread).")
-        parser.add_argument("--api-clients", type=int, default=16, help="Customers posting at once (0: skip the API).")
-        parser.add_argument("--api-seconds", type=float, default=20.0)
+        parser.add_argument("--latency-seconds", type=positive, default=30.0)
         parser.add_argument(
-            "--deliveries", type=int, default=2000, help="Deliveries for the end-to-end figure (0: skip it)."
+            "--api-workers", type=count, default=2, help="gunicorn worker processes for the API figure."
         )
-        parser.add_argument("--drones", type=int, default=2000, help="Fleet for the end-to-end figure.")
+        parser.add_argument("--api-threads", type=count, default=4, help="Threads per gunicorn worker (gthread).")
+        parser.add_argument(
+            "--api-clients", type=optional_count, default=16, help="Customers posting at once (0: skip the API)."
+        )
+        parser.add_argument("--api-seconds", type=positive, default=20.0)
+        parser.add_argument(
+            "--deliveries", type=optional_count, default=2000, help="Deliveries for the end-to-end figure (0: skip it)."
+        )
+        parser.add_argument("--drones", type=count, default=2000, help="Fleet for the end-to-end figure.")
         parser.add_argument(
             "--embedded-deliveries",
-            type=int,
+            type=optional_count,
             default=20,
             help="Deliveries for the embedded default's per-hop latency (0: skip it).",
         )
-        parser.add_argument("--embedded-rate", type=float, default=2.0, help="Their requests a second.")
+        parser.add_argument("--embedded-rate", type=positive, default=2.0, help="Their requests a second.")
         parser.add_argument(
             "--history",
-            type=int,
+            type=optional_count,
             default=1_000_000,
             help="Settled outbox and inbox rows the scale figures are measured beside (0: skip them).",
         )
         parser.add_argument(
-            "--sweep-seconds", type=float, default=12.0, help="How long the sweep's lag is measured under load."
+            "--sweep-seconds", type=positive, default=12.0, help="How long the sweep's lag is measured under load."
         )
         parser.add_argument("--results-dir", default=str(Path(settings.BASE_DIR) / "bench" / "results"))
 
@@ -78,8 +89,8 @@ class Command(BaseCommand):
                     scratch,
                     events=events,
                     runs=runs,
-                    relays=[int(r) for r in relays.split(",")],
-                    latency=([float(r) for r in latency_rates.split(",")], latency_seconds),
+                    relays=relays,
+                    latency=(latency_rates, latency_seconds),
                     sweep_seconds=options["sweep_seconds"],
                 )
                 if api["clients"]:
@@ -106,7 +117,7 @@ class Command(BaseCommand):
             results_dir,
             events=events,
             runs=runs,
-            latency_rates=latency_rates,
+            latency_rates=",".join(f"{rate:g}" for rate in latency_rates),  # as typed, "10,50,100,200"
             latency_s=latency_seconds,
             history=history,
             api=api,

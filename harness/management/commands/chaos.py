@@ -27,6 +27,7 @@ from harness.chaos import (
 )
 from harness.scratch import scratch_run
 from harness.simulation import Api, random_request, stamped
+from outbox.command_arguments import number, port, whole_number
 
 BASE = (47.6205, -122.3493)
 
@@ -40,20 +41,25 @@ class Command(BaseCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--deliveries", type=int, default=200)
+        # Checked as they are parsed, before a database is made and processes start: a run with no
+        # deliveries, no time or no drones would check nothing, or fail minutes later.
+        count, seconds = whole_number(at_least=1), number(above=0, at_most=86_400)
+        parser.add_argument("--deliveries", type=count, default=200)
         parser.add_argument("--seed", type=int, default=None, help="Faults and requests follow it (default: random).")
         parser.add_argument(
-            "--duration", type=float, default=60.0, help="Seconds over which requests and faults spread."
+            "--duration", type=seconds, default=60.0, help="Seconds over which requests and faults spread."
         )
-        parser.add_argument("--faults-per-kind", type=int, default=2)
+        parser.add_argument("--faults-per-kind", type=whole_number(at_least=0), default=2)
         parser.add_argument(
-            "--pause-seconds", type=float, default=15.0, help="How long a paused process stays stopped."
+            "--pause-seconds", type=seconds, default=15.0, help="How long a paused process stays stopped."
         )
-        parser.add_argument("--drones", type=int, default=20)
-        parser.add_argument("--speedup", type=float, default=100.0, help="Simulated flights run this much faster.")
-        parser.add_argument("--threads", type=int, default=4, help="Threads per worker process.")
-        parser.add_argument("--settle-timeout", type=float, default=300.0, help="Longest wait for quiet at the end.")
-        parser.add_argument("--port", type=int, default=8765)
+        parser.add_argument("--drones", type=count, default=20)
+        parser.add_argument(
+            "--speedup", type=number(above=0), default=100.0, help="Simulated flights run this much faster."
+        )
+        parser.add_argument("--threads", type=count, default=4, help="Threads per worker process.")
+        parser.add_argument("--settle-timeout", type=seconds, default=300.0, help="Longest wait for quiet at the end.")
+        parser.add_argument("--port", type=port, default=8765)
         parser.add_argument("--keep", action="store_true", help="Keep the run's database and logs for inspection.")
 
     def handle(self, **options):

@@ -1,6 +1,9 @@
+import argparse
 import random
 import threading
 import time
+from pathlib import Path
+from urllib.parse import urlsplit
 from uuid import uuid4
 
 import dramatiq
@@ -13,7 +16,16 @@ from deliveries.customers import create_customer
 from drones.models import Drone
 from drones.services import seed_fleet
 from harness import simulation
+from outbox.command_arguments import number, whole_number
 from outbox.relay import Relay
+
+
+def base_url(text: str) -> str:
+    """http:// or https:// and a host: `127.0.0.1:8000` alone would reach urllib as an unknown scheme."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL, e.g. http://127.0.0.1:8000")
+    return text
 
 
 class Command(BaseCommand):
@@ -25,16 +37,29 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--deliveries", type=int, default=100)
-        parser.add_argument("--url", help="Base URL of a running server, e.g. http://127.0.0.1:8000")
-        parser.add_argument("--drones", type=int, default=20, help="Fleet to seed if there is none.")
-        parser.add_argument("--rate", type=float, default=0, help="Requests per second (0: as fast as possible).")
-        parser.add_argument("--concurrency", type=int, default=8, help="Requests in flight at once.")
-        parser.add_argument("--timeout", type=float, default=600, help="Seconds to wait for terminal states.")
+        count = whole_number(at_least=1)
+        parser.add_argument("--deliveries", type=count, default=100)
+        parser.add_argument("--url", type=base_url, help="Base URL of a running server, e.g. http://127.0.0.1:8000")
+        parser.add_argument("--drones", type=count, default=20, help="Fleet to seed if there is none.")
+        parser.add_argument(
+            "--rate", type=number(at_least=0), default=0, help="Requests per second (0: as fast as possible)."
+        )
+        parser.add_argument("--concurrency", type=count, default=8, help="Requests in flight at once.")
+        parser.add_argument(
+            "--timeout", type=number(above=0, at_most=86_400), default=600, help="Seconds to wait for terminal states."
+        )
         parser.add_argument("--seed", type=int, default=7, help="Random seed for the generated requests.")
         parser.add_argument("--plot", help="Write a PNG of deliveries per status over time to this file.")
 
     def handle(self, *, deliveries, url, drones, rate, concurrency, timeout, seed, plot, verbosity, **options):
+        # What could only fail at the end, or leave a customer behind, is checked before anything is made.
+        if plot and not Path(plot).resolve().parent.is_dir():
+            raise CommandError(f"--plot {plot}: there is no directory {Path(plot).resolve().parent}")
+        if url:
+            try:
+                simulation.check_server(url)
+            except simulation.ServerUnusable as error:
+                raise CommandError(str(error)) from error
         base = (47.6205, -122.3493)
         if not Drone.objects.exists():
             seed_fleet(count=drones, latitude=base[0], longitude=base[1])
@@ -64,6 +89,10 @@ class Command(BaseCommand):
                     history=history,
                     began=began,
                 )
+        except OSError as error:  # the server went away
+            raise CommandError(f"lost {url or 'the API'}: {simulation.cause_of(error)}") from error
+        except RuntimeError as error:  # a request answered an error: its page, on one line
+            raise CommandError(" ".join(str(error).split())) from error
         finally:
             stop.set()
             for stopper in background:

@@ -8,7 +8,8 @@ from outbox.models import DeadLetter
 class Command(BaseCommand):
     help = (
         "Operate on dead letters. `list` shows them (open ones by default) grouped or one per line; "
-        "`replay` sends the chosen open ones again through the outbox; `discard` closes them with a note."
+        "`replay` sends the chosen open ones again through the outbox; `discard` closes them with a note. "
+        "An id that names no open letter matching the filters refuses the whole command: nothing is done."
     )
 
     def add_arguments(self, parser):
@@ -32,6 +33,10 @@ class Command(BaseCommand):
             return self._list(letters.order_by("id"), groups)
         if not ids and not (subscriber or reason or type):
             raise CommandError(f"{action} needs dead-letter ids or at least one of --subscriber, --reason, --type")
+        if action == "discard" and not note.strip():
+            raise CommandError("discard needs a --note saying why, for the audit trail")
+        if ids:
+            self._refuse_unless_all_match(action, ids, letters)
         done, failed = 0, []
         for letter in list(letters):
             try:
@@ -49,6 +54,25 @@ class Command(BaseCommand):
         )
         if failed:
             raise CommandError(f"{len(failed)} could not be {action}ed")
+
+    @staticmethod
+    def _refuse_unless_all_match(action: str, ids: list[int], letters) -> None:
+        """All or nothing: when one of the ids names no open letter that matches the filters, none
+        of them is touched. Whoever typed 999999 for 99999 wants to look again, not a half-done
+        batch to untangle; and "replayed 0" with exit status 0 would look like success."""
+        missing = sorted(set(ids) - set(letters.values_list("pk", flat=True)))
+        if not missing:
+            return
+        statuses = dict(DeadLetter.objects.filter(pk__in=missing).values_list("pk", "status"))
+        problems = []
+        for pk in missing:
+            if pk not in statuses:
+                problems.append(f"there is no dead letter {pk}")
+            elif statuses[pk] != DeadLetter.Status.OPEN:
+                problems.append(f"dead letter {pk} is {statuses[pk]}, not open")
+            else:
+                problems.append(f"dead letter {pk} does not match the filters")
+        raise CommandError(f"nothing {action}ed: {'; '.join(problems)}")
 
     def _list(self, letters, groups: bool) -> None:
         if groups:

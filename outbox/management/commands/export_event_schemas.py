@@ -18,8 +18,14 @@ class Command(BaseCommand):
 
     def handle(self, *, directory, **options):
         target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        previous, current = checked_in(target), current_schemas()
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            previous = checked_in(target)
+        except OSError as error:  # a file of that name, no permission, a read-only disk
+            raise CommandError(f"cannot write the event schemas to {target}: {error.strerror or error}") from error
+        except ValueError as error:  # a *.vN.json there that is not JSON
+            raise CommandError(f"{target} holds a schema that is not JSON: {error}") from error
+        current = current_schemas()
         broken = {
             name: problems
             for name, schema in current.items()
@@ -32,7 +38,10 @@ class Command(BaseCommand):
         for name, schema in current.items():
             path = target / name
             if not path.exists() or path.read_text() != render(schema):
-                path.write_text(render(schema))
+                try:
+                    path.write_text(render(schema))
+                except OSError as error:
+                    raise CommandError(f"cannot write {path}: {error.strerror or error}") from error
                 written += 1
         for name in sorted(set(previous) - set(current)):
             self.stderr.write(f"kept {name}: no contract declares it any more (old messages may still be queued)")

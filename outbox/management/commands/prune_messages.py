@@ -4,6 +4,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from outbox.command_arguments import duration_in_days, whole_number
 from outbox.retention import Pruned, prune
 
 
@@ -17,17 +18,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--older-than-days",
-            type=float,
+            type=duration_in_days,
             help=f"Retention window in days (default {settings.OUTBOX_RETENTION_SECONDS / 86400:g}, "
             "OUTBOX_RETENTION_SECONDS). Shorter than the redelivery horizon is refused.",
         )
-        parser.add_argument("--batch-size", type=int, default=5_000, help="Rows deleted per transaction.")
+        parser.add_argument(
+            "--batch-size", type=whole_number(at_least=1), default=5_000, help="Rows deleted per transaction."
+        )
 
     def handle(self, *, older_than_days, batch_size, verbosity, **options):
         window = timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS)
         if older_than_days is not None:
             window = timedelta(days=older_than_days)
-        if batch_size < 1:
+        if batch_size < 1:  # through call_command(batch_size=...), which argparse never sees
             raise CommandError("--batch-size must be at least 1")
         started = time.monotonic()
 

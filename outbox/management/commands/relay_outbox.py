@@ -5,6 +5,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Min
 
+from outbox.command_arguments import number, port, whole_number
 from outbox.metrics import serve_metrics
 from outbox.models import OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
@@ -18,13 +19,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Relay what is due now, then exit.")
-        parser.add_argument("--batch-size", type=int, help="Rows claimed per batch (OUTBOX_RELAY_BATCH_SIZE).")
         parser.add_argument(
-            "--progress-every", type=float, default=10.0, help="Seconds between progress lines (0: none)."
+            "--batch-size", type=whole_number(at_least=1), help="Rows claimed per batch (OUTBOX_RELAY_BATCH_SIZE)."
+        )
+        parser.add_argument(
+            "--progress-every", type=number(at_least=0), default=10.0, help="Seconds between progress lines (0: none)."
         )
         parser.add_argument(
             "--metrics-port",
-            type=int,
+            type=port,
             help="Serve Prometheus metrics on this port (a relay on a host without a web process).",
         )
 

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from outbox.command_arguments import whole_number
 from outbox.sweep import sweep_unacknowledged
 
 
@@ -12,7 +13,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--limit", type=int, default=None, help="At most this many unsettled events (default: until caught up)."
+            "--limit",
+            type=whole_number(at_least=1),
+            help="At most this many unsettled events (default: until caught up).",
         )
 
     def handle(self, *, limit, **options):
