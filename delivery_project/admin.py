@@ -1,3 +1,4 @@
+import django_dramatiq.admin  # noqa: F401  (registers Task: this app comes first in INSTALLED_APPS)
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django_dramatiq.models import Task

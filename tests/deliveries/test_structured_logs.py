@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.test import Client
 from django.utils.module_loading import import_string
 
 from outbox.dispatch import dispatch
 from outbox.models import OutboxMessage
-from tests.factories import requested
+from tests.factories import Customer, requested
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +51,7 @@ def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_
 
     dispatch(subscriber="drones", body=row.envelope())  # a duplicate: the kernel logs that it skips it
 
-    line = next(line for line in json_lines() if "skipped duplicate" in line["message"])
+    line = next(line for line in json_lines() if line.get("outcome") == "duplicate")
     assert line["correlation_id"] == str(delivery_id)
     assert (line["message_id"], line["subscriber"], line["event_type"]) == (
         str(row.message_id),
@@ -58,6 +59,31 @@ def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_
         "delivery.requested",
     )
     assert line["level"] == "INFO" and line["logger"] == "outbox.dispatch" and "time" in line
+
+
+def test_every_handled_message_gets_one_line_with_its_outcome_and_duration(customer, fleet, json_lines):
+    delivery_id = requested(customer)
+    row = OutboxMessage.objects.get(type="delivery.requested")
+
+    dispatch(subscriber="packages", body=row.envelope())
+    dispatch(subscriber="packages", body={"not": "an envelope"})
+
+    processed, dead = [line for line in json_lines() if "outcome" in line]
+    assert {"subscriber": "packages", "event_type": "delivery.requested", "outcome": "processed"}.items() <= (
+        processed.items()
+    )
+    assert processed["correlation_id"] == str(delivery_id) and processed["duration_ms"] > 0
+    assert str(delivery_id) in processed["message"]  # plain text too: `grep <delivery id>` finds it
+    assert (dead["outcome"], dead["event_type"], dead["level"]) == ("dead_lettered", "?", "INFO")
+
+
+def test_the_per_message_line_can_be_lowered_to_debug_for_high_volume(customer, fleet, json_lines, settings):
+    settings.OUTBOX_HANDLED_LOG_LEVEL = "DEBUG"
+    requested(customer)
+
+    dispatch(subscriber="packages", body=OutboxMessage.objects.get(type="delivery.requested").envelope())
+
+    assert not [line for line in json_lines() if "outcome" in line]  # the logger is at INFO
 
 
 def test_log_format_json_makes_every_line_of_a_process_json():
@@ -70,3 +96,13 @@ def test_log_format_json_makes_every_line_of_a_process_json():
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.strip()]
     assert run.returncode == 0 and lines
     assert {"message": "a drone is late", "level": "WARNING", "logger": "drones"}.items() <= lines[-1].items()
+
+
+def test_a_clients_mistake_is_not_an_operators_warning(customer, caplog):
+    client = Client(headers={"Authorization": f"Bearer {Customer('bob').token}"})
+
+    with caplog.at_level(logging.INFO):
+        answer = client.post("/api/deliveryrequests", data="{", content_type="application/json")
+
+    assert answer.status_code == 400
+    assert not [record for record in caplog.records if record.name == "django.request"]  # runserver logs it once

@@ -1,3 +1,7 @@
+"""The relay process. It reports through logging, not stdout, like every long-running process of
+the deployable: its lines share the format (LOG_FORMAT=json) and the stream of the others."""
+
+import logging
 import signal
 import threading
 import time
@@ -9,6 +13,8 @@ from outbox.command_arguments import number, port, whole_number
 from outbox.metrics import serve_metrics
 from outbox.models import OutboxMessage
 from outbox.relay import BrokerUnavailable, Relay
+
+logger = logging.getLogger("outbox.relay")
 
 
 class Command(BaseCommand):
@@ -23,7 +29,10 @@ class Command(BaseCommand):
             "--batch-size", type=whole_number(at_least=1), help="Rows claimed per batch (OUTBOX_RELAY_BATCH_SIZE)."
         )
         parser.add_argument(
-            "--progress-every", type=number(at_least=0), default=10.0, help="Seconds between progress lines (0: none)."
+            "--progress-every",
+            type=number(at_least=0),
+            default=10.0,
+            help="At most one progress line this often, in seconds, and none while idle (0: none).",
         )
         parser.add_argument(
             "--metrics-port",
@@ -34,7 +43,7 @@ class Command(BaseCommand):
     def handle(self, *, once, batch_size, progress_every, verbosity, metrics_port=None, **options):
         if metrics_port:
             serve_metrics(metrics_port)
-            self.stdout.write(f"metrics on http://0.0.0.0:{metrics_port}/metrics")
+            logger.info("metrics on http://0.0.0.0:%d/metrics", metrics_port)
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
@@ -44,23 +53,30 @@ class Command(BaseCommand):
 
         def report(relay: Relay, force: bool = False) -> None:
             now = time.monotonic()
-            if verbosity == 0 or not (force or (progress_every and now - last_report[0] >= progress_every)):
+            due = force or (progress_every and now - last_report[0] >= progress_every)
+            if verbosity == 0 or not due:
+                return
+            if relay.relayed == last_report[1] and not force:
+                last_report[0] = now  # an idle relay is quiet
                 return
             rate = (relay.relayed - last_report[1]) / max(now - last_report[0], 1e-9)
             pending = OutboxMessage.objects.filter(published_at__isnull=True)
             oldest = pending.aggregate(at=Min("available_at"))["at"]
-            self.stdout.write(
-                f"relayed {relay.relayed} events ({rate:.0f}/s), {pending.count()} pending"
-                + (f", oldest due {oldest:%H:%M:%S}" if oldest else "")
+            logger.info(
+                "relayed %d events (%.0f/s), %d pending%s",
+                relay.relayed,
+                rate,
+                pending.count(),
+                f", oldest due {oldest:%H:%M:%S}" if oldest else "",
             )
             last_report[:] = [now, relay.relayed]
 
         if verbosity:
-            self.stdout.write("relay started" + (" (--once)" if once else "; Ctrl-C or SIGTERM stops it"))
+            logger.info("relay started%s", " (--once)" if once else "; Ctrl-C or SIGTERM stops it")
         try:
             relay.run(stop=stop, once=once, on_progress=report)
         except BrokerUnavailable as error:
             raise CommandError(f"broker unreachable, {relay.relayed} events relayed before: {error}") from error
         report(relay, force=True)
         if verbosity:
-            self.stdout.write(f"relay stopped after {time.monotonic() - started:.1f} s")
+            logger.info("relay stopped after %.1f s", time.monotonic() - started)

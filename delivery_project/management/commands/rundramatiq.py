@@ -1,0 +1,39 @@
+"""`rundramatiq`, from django_dramatiq, running Dramatiq's command line through
+delivery_project.workers so that every line of the workers' processes has the deployable's format.
+
+The banner django_dramatiq prints (the modules it discovered, the command it runs) becomes DEBUG log
+lines: one stream, one format, and quiet at the default level.
+"""
+
+import io
+import logging
+import os
+import sys
+
+from django.core.management.base import OutputWrapper
+from django_dramatiq.management.commands import rundramatiq
+
+logger = logging.getLogger("delivery_project.workers")
+LAUNCHER = "drone-delivery-workers"  # [project.scripts] in pyproject.toml
+
+
+class _LogLines(io.TextIOBase):
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                logger.debug(line.strip())
+        return len(text)
+
+
+class Command(rundramatiq.Command):
+    def handle(self, *args, **options):
+        self.stdout = OutputWrapper(_LogLines())
+        return super().handle(*args, **{**options, "skip_logging": True})
+
+    def _resolve_executable(self, exec_name):
+        if exec_name == "dramatiq":
+            launcher = os.path.join(os.path.dirname(sys.executable), LAUNCHER)
+            if os.path.isfile(launcher):
+                return launcher
+            logger.warning("%s is not installed (pip install -e .); Dramatiq's own log format follows", LAUNCHER)
+        return super()._resolve_executable(exec_name)
