@@ -1,3 +1,6 @@
+from collections.abc import Callable, Collection
+from uuid import UUID
+
 from django.contrib import admin, messages
 from django.template.loader import render_to_string
 from django.utils.timesince import timesince
@@ -5,12 +8,36 @@ from django.utils.timesince import timesince
 from deliveries import selectors, services
 from deliveries.models import Customer, CustomerToken, Delivery, OverdueDelivery
 from deliveries.transitions import TooLate
-from outbox.admin import ReadOnlyAdmin, timeline_link
+from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
+
+DroneNames = Callable[[Collection[UUID]], dict[UUID, str]]
+
+
+def _no_names(drone_ids: Collection[UUID]) -> dict[UUID, str]:
+    return {}
+
+
+_drone_names: DroneNames = _no_names
+
+
+def name_drones_with(lookup: DroneNames) -> None:
+    """Where the console finds a drone's name. A delivery knows its drone by id only (drone.scheduled
+    carries no name) and this context may not read the drones' tables, so the deployable that wires
+    the contexts together registers the lookup (delivery_project/admin.py); without it, a short id."""
+    global _drone_names
+    _drone_names = lookup
+
+
+def _location(value: dict | None) -> str:
+    """A location as this context stores it ({"latitude", "longitude", "altitude"}), for people."""
+    if not value:
+        return admin.site.empty_value_display
+    return coordinates(value.get("latitude"), value.get("longitude"), value.get("altitude"))
 
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["id", "customer", "status", "status_reason", "drone_id", "created_at", "updated_at", "timeline"]
+    list_display = ["id", "customer", "status", "status_reason", "drone", "created_at", "updated_at", "timeline"]
     list_filter = ["status", "status_reason", "created_at"]
     search_fields = ["=id", "customer__name", "=drone_id", "=package_id"]
     actions = ["cancel"]
@@ -18,26 +45,61 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "status",
         "status_reason",
         "customer",
-        "pickup_location",
-        "dropoff_location",
+        "pickup",
+        "dropoff",
         "pickup_time",
         "deadline",
         "expedited",
         "package_id",
         "package_size",
         "package_weight_kg",
-        "drone_id",
+        "drone",
         "eta",
-        "last_known_location",
-        "compensations",
+        "last_seen",
+        "compensations_done",
         "confirmation_required",
-        "confirmation_token",
         "confirmation",
         "created_at",
         "updated_at",
         "event_timeline",
     ]
     fields = readonly_fields
+
+    def get_changelist_instance(self, request):
+        """The drones' names for the whole page in one lookup, not one a row."""
+        changelist = super().get_changelist_instance(request)
+        names = _drone_names({d.drone_id for d in changelist.result_list if d.drone_id})
+        for delivery in changelist.result_list:
+            delivery.drone_name = names.get(delivery.drone_id)
+        return changelist
+
+    @admin.display(description="drone", ordering="drone_id")
+    def drone(self, delivery):
+        if delivery.drone_id is None:
+            return self.get_empty_value_display()
+        if hasattr(delivery, "drone_name"):
+            name = delivery.drone_name
+        else:
+            name = _drone_names({delivery.drone_id}).get(delivery.drone_id)
+        return change_link("admin:drones_drone_change", delivery.drone_id, name or f"{str(delivery.drone_id)[:8]}…")
+
+    @admin.display(description="pickup location")
+    def pickup(self, delivery):
+        return _location(delivery.pickup_location)
+
+    @admin.display(description="drop-off location")
+    def dropoff(self, delivery):
+        return _location(delivery.dropoff_location)
+
+    @admin.display(description="last known location")
+    def last_seen(self, delivery):
+        return _location(delivery.last_known_location)
+
+    @admin.display(description="compensations")
+    def compensations_done(self, delivery):
+        """What was undone, in words ("drone released"), not the stored list of codes."""
+        done = ", ".join(str(step).replace("_", " ") for step in delivery.compensations)
+        return done or self.get_empty_value_display()
 
     @admin.display(description="timeline")
     def timeline(self, delivery):
@@ -72,7 +134,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
 class OverdueDeliveryAdmin(DeliveryAdmin):
     """In transit long past the ETA: the deliveries no event will finish by itself."""
 
-    list_display = ["id", "customer", "eta", "overdue_by", "drone_id", "last_known_location", "timeline"]
+    list_display = ["id", "customer", "eta", "overdue_by", "drone", "last_seen", "timeline"]
     list_filter = ["created_at"]
     actions = []
 

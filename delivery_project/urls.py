@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import path, re_path
+from django.views.generic import RedirectView
 
 from deliveries.api import api, unknown_path
 from delivery_project.health import healthz, readyz
@@ -9,6 +10,8 @@ from delivery_project.notify_me import router as notify_me
 api.add_router("/", notify_me)
 
 urlpatterns = [
+    # The root has no page of its own: a visitor finds the API's docs, where the console's "View site" goes.
+    path("", RedirectView.as_view(pattern_name="api:openapi-view"), name="root"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics, name="metrics"),

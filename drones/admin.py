@@ -1,9 +1,33 @@
+from datetime import timedelta
+
 from django.contrib import admin, messages
 from django.db.models import Count
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
 
 from drones import services
 from drones.models import Assignment, Drone, WaitingDelivery
-from outbox.admin import ReadOnlyAdmin, timeline_link
+from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
+
+RECENT_ASSIGNMENTS = 20  # on a drone's page; the assignment list, filtered to the drone, has them all
+
+
+def delivery_link(delivery_id) -> str:
+    """A delivery id leads to the delivery's page in its own context (by URL name: no import)."""
+    return change_link("admin:deliveries_delivery_change", delivery_id)
+
+
+def waited_for(elapsed: timedelta) -> str:
+    """How long, in the two units that matter ("4 min 12 s", "2 h 05 min"): the waiting list shows
+    who waited longest, where times to the minute read the same on every row."""
+    seconds = max(int(elapsed.total_seconds()), 0)
+    days, hours, minutes = seconds // 86_400, seconds // 3600 % 24, seconds // 60 % 60
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {seconds % 60} s" if minutes else f"{seconds} s"
 
 
 @admin.register(Drone)
@@ -11,7 +35,7 @@ class DroneAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "status",
-        "delivery_id",
+        "delivery",
         "where",
         "missions",
         "max_payload_kg",
@@ -22,6 +46,21 @@ class DroneAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
     search_fields = ["name", "=id", "=delivery_id"]
     actions = ["ground", "return_to_service"]
+    readonly_fields = [
+        "name",
+        "id",
+        "status",
+        "delivery",
+        "where",
+        "home",
+        "missions",
+        "max_payload_kg",
+        "range_km",
+        "speed_kmh",
+        "updated_at",
+        "assignments",
+    ]
+    fields = readonly_fields
 
     def changelist_view(self, request, extra_context=None):
         """The fleet's state at a glance, above the list."""
@@ -32,11 +71,31 @@ class DroneAdmin(ReadOnlyAdmin):
         summary = f"Fleet: {fleet}. Waiting list: {waiting} waiting for a drone, {planned} planned for later."
         return super().changelist_view(request, {**(extra_context or {}), "fleet_summary": summary})
 
+    @admin.display(description="delivery", ordering="delivery_id")
+    def delivery(self, drone):
+        return delivery_link(drone.delivery_id)
+
     @admin.display(description="where")
     def where(self, drone):
         if (drone.latitude, drone.longitude) == (drone.home_latitude, drone.home_longitude):
             return "home"
-        return f"{drone.latitude:.4f}, {drone.longitude:.4f}"
+        return coordinates(drone.latitude, drone.longitude)
+
+    @admin.display(description="home")
+    def home(self, drone):
+        return coordinates(drone.home_latitude, drone.home_longitude)
+
+    @admin.display(description="assignments")
+    def assignments(self, drone):
+        """What the drone was assigned, latest first, each delivery a link to its page."""
+        recent = drone.assignments.order_by("-created_at")[:RECENT_ASSIGNMENTS]
+        rows = [
+            {"assignment": a, "delivery": delivery_link(a.delivery_id), "timeline": timeline_link(a.delivery_id)}
+            for a in recent
+        ]
+        every = f"{reverse('admin:drones_assignment_changelist')}?drone__id__exact={drone.pk}"
+        context = {"rows": rows, "total": drone.assignments.count(), "every": every}
+        return render_to_string("admin/drones/drone/assignments.html", context)
 
     def has_ground_permission(self, request) -> bool:
         return self._may(request, "ground_drone")
@@ -49,12 +108,17 @@ class DroneAdmin(ReadOnlyAdmin):
         permissions=["ground"],
     )
     def ground(self, request, queryset):
+        grounded = flying = 0
         for drone in queryset.exclude(status=Drone.Status.MAINTENANCE):  # nothing to do, nothing to audit
             try:
                 self.audited(request, drone, "grounded", services.ground_drone, drone_id=drone.pk)
+                grounded += 1
             except services.DroneBusy as error:
+                flying += 1
                 self.message_user(request, str(error), messages.WARNING)
-        self.message_user(request, "Done; drones in flight were left alone.", messages.INFO)
+        self.message_user(
+            request, f"Grounded {grounded} drone(s); {flying} in flight left alone to finish.", messages.INFO
+        )
 
     @admin.action(description="Return to service", permissions=["return"])
     def return_to_service(self, request, queryset):
@@ -66,9 +130,57 @@ class DroneAdmin(ReadOnlyAdmin):
 
 @admin.register(Assignment)
 class AssignmentAdmin(ReadOnlyAdmin):
-    list_display = ["delivery_id", "drone", "status", "reason", "priority", "eta", "updated_at", "timeline"]
+    list_display = ["delivery_id", "drone_name", "status", "reason", "priority", "eta", "updated_at", "timeline"]
     list_filter = ["status", "reason", "priority"]
+    list_select_related = ["drone"]
     search_fields = ["=delivery_id", "drone__name"]
+    readonly_fields = [
+        "delivery",
+        "drone_name",
+        "status",
+        "reason",
+        "priority",
+        "round",
+        "pickup",
+        "dropoff",
+        "trip_km",
+        "weight_kg",
+        "pickup_time",
+        "deadline",
+        "waiting_since",
+        "rank_at",
+        "reserve_at",
+        "expected_pickup_at",
+        "replans",
+        "dispatched",
+        "takeoff_at",
+        "eta",
+        "change",
+        "created_at",
+        "updated_at",
+        "timeline",
+    ]
+    fields = readonly_fields
+
+    @admin.display(description="delivery")
+    def delivery(self, assignment):
+        return delivery_link(assignment.delivery_id)
+
+    @admin.display(description="drone", ordering="drone__name")
+    def drone_name(self, assignment):
+        """The drone's name only: its current state ("in_flight") is not this assignment's, which may
+        long be released; the assignment's own state is its status column."""
+        if assignment.drone is None:
+            return self.get_empty_value_display()
+        return change_link("admin:drones_drone_change", assignment.drone_id, assignment.drone.name)
+
+    @admin.display(description="pickup")
+    def pickup(self, assignment):
+        return coordinates(assignment.pickup_latitude, assignment.pickup_longitude)
+
+    @admin.display(description="drop-off")
+    def dropoff(self, assignment):
+        return coordinates(assignment.dropoff_latitude, assignment.dropoff_longitude)
 
     @admin.display(description="timeline")
     def timeline(self, assignment):
@@ -76,13 +188,14 @@ class AssignmentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(WaitingDelivery)
-class WaitingListAdmin(ReadOnlyAdmin):
+class WaitingListAdmin(AssignmentAdmin):
     """Who waits, in the order drones will take them; deliveries planned for a later pickup below."""
 
     list_display = [
         "delivery_id",
         "status",
         "priority",
+        "waited",
         "waiting_since",
         "pickup_time",
         "deadline",
@@ -99,6 +212,9 @@ class WaitingListAdmin(ReadOnlyAdmin):
         waiting = (Assignment.Status.WAITING, Assignment.Status.PLANNED)
         return super().get_queryset(request).filter(status__in=waiting)
 
-    @admin.display(description="timeline")
-    def timeline(self, assignment):
-        return timeline_link(assignment.delivery_id)
+    @admin.display(description="waited", ordering="waiting_since")
+    def waited(self, assignment):
+        """Sorted by when it started waiting: ascending, the longest wait comes first."""
+        if assignment.waiting_since is None:
+            return self.get_empty_value_display()
+        return waited_for(timezone.now() - assignment.waiting_since)

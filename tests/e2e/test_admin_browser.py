@@ -1,4 +1,5 @@
-"""An operator in a real browser (headless Debian Chromium): find a dead letter, replay it, see it processed.
+"""An operator in a real browser (headless Debian Chromium): find a dead letter, replay it, see it processed;
+go from the index to the messaging overview, and from a delivery to its drone and back.
 
 With UPDATE_SCREENSHOTS=1 the pages are saved to docs/screenshots/ for docs/operations.md.
 """
@@ -10,8 +11,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connections
 
+from deliveries.models import Delivery
+from drones.models import Drone
 from outbox.models import DeadLetter
+from tests.factories import requested
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
 from tests.waiting import wait_until
@@ -44,6 +49,9 @@ def browser(monkeypatch):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+        # The test's queries ran in Playwright's context, and Django keeps a connection per context:
+        # closed here, or it outlives the test and the test database cannot be dropped at the end.
+        connections.close_all()
 
 
 @pytest.fixture
@@ -53,6 +61,13 @@ def screenshots(tmp_path) -> Path:
         target.mkdir(parents=True, exist_ok=True)
         return target
     return tmp_path
+
+
+def log_in(page, live_server, next: str) -> None:
+    page.goto(f"{live_server.url}/admin/login/?next={next}")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
 
 
 def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
@@ -65,10 +80,7 @@ def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
     Outage.objects.all().delete()  # the fault is fixed; now the operator acts
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/outbox/deadletter/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse")
-    page.click("input[type=submit]")
+    log_in(page, live_server, "/admin/outbox/deadletter/")
     page.wait_for_selector("#result_list")
     assert "handler_error" in page.inner_text("#result_list")
     page.screenshot(path=str(screenshots / "dead-letters.png"), full_page=True)
@@ -91,3 +103,38 @@ def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
     page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
     page.goto(f"{live_server.url}/admin/outbox/deadletter/{letter.pk}/change/")
     assert "replayed" in page.inner_text("#content")
+
+
+@pytest.fixture
+def delivered(customer, fleet, choreography) -> Delivery:
+    """A delivery flown to the end: its drone back home, its assignment released; and an operator."""
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id)
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    return Delivery.objects.get(pk=delivery_id)
+
+
+def test_an_operator_finds_the_overview_on_the_index_and_follows_a_delivery_to_its_drone_and_back(
+    live_server, delivered, browser
+):
+    delivery_id, drone = delivered.pk, Drone.objects.get(pk=delivered.drone_id)
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    log_in(page, live_server, "/admin/")
+    page.click("#messaging-overview th a")
+    page.wait_for_url("**/admin/outbox/outboxmessage/overview/")
+    assert "delivery.requested" in page.inner_text("#content")
+
+    page.go_back()
+    page.click("#content-main th a[href$='/admin/deliveries/delivery/']")
+    page.click(f"#result_list a[href$='/delivery/{delivery_id}/change/']")
+    page.wait_for_url(f"**/delivery/{delivery_id}/change/")
+    page.click(f".field-drone a:text-is('{drone.name}')")
+
+    page.wait_for_url(f"**/drones/drone/{drone.pk}/change/")
+    assignment = page.locator(".field-assignments tr.assignment", has_text=str(delivery_id))
+    assert "Released" in assignment.inner_text()
+    assignment.locator(f"a[href$='/delivery/{delivery_id}/change/']").click()
+
+    page.wait_for_url(f"**/delivery/{delivery_id}/change/")
+    assert "Delivered" in page.inner_text(".field-status")
