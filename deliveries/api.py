@@ -18,6 +18,7 @@ from deliveries.models import Customer, Delivery
 from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.schemas import (
     ConfirmationIn,
+    ConfirmationTokenOut,
     DeliveryAccepted,
     DeliveryOut,
     DeliveryPage,
@@ -225,7 +226,6 @@ def _delivery(delivery: Delivery) -> dict:
         "pickup_eta": delivery.pickup_eta,
         "waiting_since": delivery.waiting_since,
         "drone_scheduled_at": delivery.drone_scheduled_at,
-        "confirmation_token": delivery.confirmation_token or None,
         "created_at": delivery.created_at,
         "updated_at": delivery.updated_at,
     }
@@ -289,6 +289,8 @@ def request_delivery(
         return refused(422, error, "Idempotency-Key")
     except services.IdempotencyKeyInFlight as error:
         return refused(409, error, "Idempotency-Key")
+    except services.PackageAlreadyTravelling as error:
+        return refused(409, error, "packageInfo.packageId")
     response["Location"] = f"/api/deliveries/{delivery.id}"
     return Status(202, delivery.first_answer)
 
@@ -394,6 +396,21 @@ def cancel_delivery(request, delivery_id: UUID):
     except TooLate as error:
         return refused(409, error, "status", error.reason)
     return Status(202, _status(delivery))
+
+
+@api.post(
+    "/deliveries/{delivery_id}/confirmation-token",
+    response={201: ConfirmationTokenOut, **ERRORS},
+    by_alias=True,
+    summary="Get the task token for a delivery awaiting confirmation (shown once; asking again replaces it)",
+)
+def issue_confirmation_token(request, delivery_id: UUID):
+    _own(request, delivery_id)
+    try:
+        token = confirmation.issue_confirmation_token(delivery_id=delivery_id, customer=request.auth)
+    except TooLate as error:
+        return refused(409, error, "status", error.reason)
+    return Status(201, {"confirmation_token": token})
 
 
 @api.post(

@@ -1,6 +1,12 @@
 """Proof of delivery: a task token issued on arrival, redeemed once by whoever confirms, or the
-timer that fails the delivery when nobody does."""
+timer that fails the delivery when nobody does.
 
+Only the token's SHA-256 is stored, as for customers' API tokens: the database, its backups and the
+console's auditors never see a token that opens anything. The customer gets the token itself once,
+in the answer that issues it (`issue_confirmation_token`); asking again replaces it.
+"""
+
+import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -18,7 +24,7 @@ from deliveries.transitions import Status, TooLate, announce, fail, locked
 
 def await_confirmation(delivery: Delivery) -> None:
     delivery.status = Status.AWAITING_CONFIRMATION
-    delivery.confirmation_token_id, delivery.confirmation_token = uuid4(), secrets.token_urlsafe(32)
+    delivery.confirmation_token_id, delivery.confirmation_token_hash = uuid4(), ""  # issued when asked for
     token_id, kind = delivery.confirmation_token_id, delivery.confirmation_required
     announce(
         delivery,
@@ -26,6 +32,23 @@ def await_confirmation(delivery: Delivery) -> None:
     )
     timeout = timezone.now() + timedelta(seconds=settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS)
     announce(delivery, DeliveryConfirmationTimedOut(delivery_id=delivery.id, token_id=token_id), at=timeout)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue_confirmation_token(*, delivery_id: UUID, customer: Customer) -> str:
+    """A new task token for a delivery awaiting confirmation, returned once and stored as a hash;
+    any token issued before it stops working."""
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
+        if delivery.status != Status.AWAITING_CONFIRMATION:
+            raise TooLate(delivery.status, "given a confirmation token")
+        token = secrets.token_urlsafe(32)
+        delivery.confirmation_token_hash = _digest(token)
+        delivery.save(update_fields=["confirmation_token_hash", "updated_at"])
+        return token
 
 
 class WrongToken(Exception):
@@ -52,13 +75,14 @@ def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Con
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status != Status.AWAITING_CONFIRMATION:
             raise TooLate(delivery.status, "confirmed")
-        if not hmac.compare_digest(confirmation.token.encode(), delivery.confirmation_token.encode()):
+        stored = delivery.confirmation_token_hash
+        if not stored or not hmac.compare_digest(_digest(confirmation.token), stored):
             raise WrongToken("not this delivery's confirmation token")
         if confirmation.confirmation_type != delivery.confirmation_required:
             raise WrongConfirmationType(
                 f"this delivery asks for {delivery.confirmation_required}, not {confirmation.confirmation_type}"
             )
-        delivery.status, delivery.confirmation_token = Status.DELIVERED, ""  # used: it opens nothing again
+        delivery.status, delivery.confirmation_token_hash = Status.DELIVERED, ""  # used: it opens nothing again
         delivery.confirmation = {
             "type": confirmation.confirmation_type,
             "dateTime": confirmation.date_time.isoformat(),
@@ -79,7 +103,7 @@ def confirmation_timed_out(*, delivery_id: UUID, token_id: UUID) -> Delivery | N
             return delivery
         if delivery.confirmation_token_id != token_id:
             return delivery
-        delivery.confirmation_token = ""
+        delivery.confirmation_token_hash = ""
         fail(delivery, "confirmation_timeout")
         delivery.save()
         return delivery

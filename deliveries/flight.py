@@ -3,11 +3,14 @@
 from uuid import UUID
 
 from django.db import transaction
+from django.utils import timezone
 
 from deliveries.confirmation import await_confirmation
 from deliveries.events import DeliveryCompleted
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
+
+LATE = "late"  # the status reason of a delivery that reached its drop-off after its deadline
 
 
 def record_position(*, delivery_id: UUID, location: dict) -> Delivery | None:
@@ -23,12 +26,15 @@ def record_position(*, delivery_id: UUID, location: dict) -> Delivery | None:
 
 def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
     """The drone is at the drop-off: delivered, or, when a confirmation is required, waiting for
-    it with a task token issued and a timer set."""
+    it with a task token issued and a timer set. Arriving after the deadline is `late`, said in the
+    status reason the customer reads, never reported as on time."""
     with transaction.atomic():
         delivery = locked(delivery_id)
         if delivery is None or delivery.status != Status.IN_TRANSIT:
             return delivery
         delivery.last_known_location = location
+        if delivery.deadline is not None and timezone.now() > delivery.deadline:
+            delivery.status_reason = LATE
         if delivery.confirmation_required == "None":
             delivery.status = Status.DELIVERED
             announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))

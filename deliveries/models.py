@@ -90,7 +90,7 @@ class Delivery(models.Model):
     # Proof of delivery: a task token issued when the drone arrives, single-use, bound to this
     # delivery and its confirmation type; only its id ever leaves the context in an event.
     confirmation_token_id = models.UUIDField(null=True, blank=True)
-    confirmation_token = models.CharField(max_length=64, blank=True)
+    confirmation_token_hash = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the task token.")
     confirmation = models.JSONField(null=True, blank=True, help_text="The confirmation that completed it.")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)
     first_answer = models.JSONField(null=True, blank=True, help_text="The 202 body, answered again for a repeat.")
@@ -106,7 +106,13 @@ class Delivery(models.Model):
                 fields=["customer", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="delivery_idempotency_key_unique",
-            )
+            ),
+            # A package travels on one delivery at a time (services.PackageAlreadyTravelling).
+            models.UniqueConstraint(
+                fields=["customer", "package_id"],
+                condition=~Q(status__in=["delivered", "failed", "cancelled"]),
+                name="delivery_package_travels_once",
+            ),
         ]
         verbose_name_plural = "deliveries"
         permissions = [("cancel_delivery_as_operator", "Can cancel deliveries before dispatch")]

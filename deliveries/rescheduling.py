@@ -4,7 +4,9 @@ from datetime import datetime
 from uuid import UUID
 
 from django.db import transaction
+from django.utils import timezone
 
+from deliveries.deadlines import unmeetable
 from deliveries.events import DeliveryRescheduled, Location, priority_of
 from deliveries.models import Customer, Delivery
 from deliveries.timers import set_timers
@@ -37,6 +39,10 @@ def reschedule_delivery(
         moved = (pickup is not None and pickup != delivery.pickup_location) or (
             dropoff is not None and dropoff != delivery.dropoff_location
         )
+        if new_deadline is not None and (
+            refusal := _unmeetable(delivery, new_deadline, new_pickup_time, pickup, dropoff)
+        ):
+            raise InvalidReschedule("deadline", refusal)
         deadline_moved = new_deadline != delivery.deadline
         replan = moved or new_pickup_time != delivery.pickup_time
         delivery.pickup_time, delivery.deadline = new_pickup_time, new_deadline
@@ -63,3 +69,12 @@ def reschedule_delivery(
         set_timers(delivery, join=replan, deadline=deadline_moved)
         delivery.save()
         return delivery
+
+
+def _unmeetable(delivery: Delivery, deadline: datetime, pickup_time: datetime, pickup, dropoff) -> str | None:
+    return unmeetable(
+        deadline=deadline,
+        pickup_time=max(pickup_time, timezone.now()),
+        pickup=pickup if pickup is not None else delivery.pickup_location,
+        dropoff=dropoff if dropoff is not None else delivery.dropoff_location,
+    )

@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from deliveries.deadlines import unmeetable
+
 
 class CamelSchema(Schema):
     # NaN and Infinity are valid Python JSON but no coordinate or weight.
@@ -47,7 +49,10 @@ PICKUP_TIME_RULE = (
     "DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS (300 s) in the past, which means now, and at most "
     "DELIVERY_BOOKING_HORIZON_DAYS (90 days) ahead."
 )
-DEADLINE_RULE = "Not before pickupTime and at most DELIVERY_BOOKING_HORIZON_DAYS (90 days) ahead."
+DEADLINE_RULE = (
+    "Not before pickupTime plus the fastest flight from pickup to drop-off (at DELIVERY_FASTEST_DRONE_KMH), "
+    "and at most DELIVERY_BOOKING_HORIZON_DAYS (90 days) ahead."
+)
 # `false` or `"1.5"` is no coordinate: refuse it rather than store 0.0 or guess (integers are numbers).
 Number = Annotated[float, Strict()]
 
@@ -141,10 +146,21 @@ class DeliveryRequestIn(RequestSchema):
 
     @field_validator("deadline")
     @classmethod
-    def _deadline_not_before_pickup(cls, deadline: datetime | None, info: ValidationInfo) -> datetime | None:
+    def _deadline_a_drone_can_meet(cls, deadline: datetime | None, info: ValidationInfo) -> datetime | None:
         deadline, pickup = _within_horizon(deadline, "deadline"), info.data.get("pickup_time")
         if deadline is not None and pickup is not None and deadline < pickup:
             raise ValueError("deadline must not be before pickupTime")
+        places = info.data.get("pickup_location"), info.data.get("drop_off_location")
+        if deadline is not None and pickup is not None and None not in places:
+            pickup_location, drop_off_location = (place.model_dump() for place in places)
+            refusal = unmeetable(
+                deadline=deadline,
+                pickup_time=max(pickup, timezone.now()),
+                pickup=pickup_location,
+                dropoff=drop_off_location,
+            )
+            if refusal:
+                raise ValueError(refusal)
         return deadline
 
 
@@ -207,12 +223,14 @@ class DeliveryOut(DeliveryAccepted):
     )
     waiting_since: datetime | None = Field(description="When it first joined the drones' waiting line")
     drone_scheduled_at: datetime | None = Field(description="When its drone was reserved")
-    confirmation_token: str | None = Field(
-        None,
-        description="While awaiting_confirmation: the task token to send back with the confirmation (single-use)",
-    )
     created_at: datetime
     updated_at: datetime
+
+
+class ConfirmationTokenOut(CamelSchema):
+    confirmation_token: str = Field(
+        description="The task token to send back with the confirmation: single-use, shown only in this answer"
+    )
 
 
 class DeliveryPage(CamelSchema):

@@ -42,6 +42,11 @@ class IdempotencyKeyInFlight(Exception):
     """A request with the same key is still being processed: answer when it is, retry then."""
 
 
+class PackageAlreadyTravelling(Exception):
+    """The customer has a delivery of this package that has not ended: a package is in one place at
+    a time. Once that delivery ends (delivered, failed, cancelled) the package may travel again."""
+
+
 def request_delivery(
     *,
     customer: Customer,
@@ -105,10 +110,16 @@ def request_delivery(
             set_timers(delivery)
             return delivery, True
     except IntegrityError:
-        if not idempotency_key:
-            raise
-        # A concurrent request with the same key committed first.
-        return _repeated(Delivery.objects.get(customer=customer, idempotency_key=idempotency_key), fingerprint), False
+        # A concurrent request with the same key committed first, or the package is on its way already.
+        earlier = (
+            idempotency_key and Delivery.objects.filter(customer=customer, idempotency_key=idempotency_key).first()
+        )
+        if earlier:
+            return _repeated(earlier, fingerprint), False
+        travelling = Delivery.objects.filter(customer=customer, package_id=request.package_id)
+        if travelling.exclude(status__in=Delivery.TERMINAL).exists():
+            raise PackageAlreadyTravelling(f"package {request.package_id} is already on a delivery of yours") from None
+        raise
 
 
 def _repeated(earlier: Delivery, fingerprint: str) -> Delivery:

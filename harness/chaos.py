@@ -299,9 +299,9 @@ class Recipient(threading.Thread):
 
     def _confirm(self, delivery_id: str) -> bool:
         try:
-            _, delivery = self.api.call("GET", f"/deliveries/{delivery_id}")
+            _, issued = self.api.call("POST", f"/deliveries/{delivery_id}/confirmation-token")
             body = {
-                "token": delivery["confirmationToken"],
+                "token": issued["confirmationToken"],
                 "confirmationType": "FingerPrint",
                 "dateTime": timezone.now().isoformat(),
             }

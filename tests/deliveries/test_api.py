@@ -271,3 +271,39 @@ def test_a_pickup_time_a_little_in_the_past_means_now_and_further_back_is_refuse
         f"/api/deliveryrequests/{delivery_id}", {"pickupTime": ten_minutes_ago}, content_type="application/json"
     )
     assert patch.status_code == 422 and patch.json()["errors"][0]["field"] == "pickupTime"
+
+
+def test_a_deadline_no_drone_can_meet_is_refused_naming_the_earliest_possible(customer, settings):
+    settings.DRONE_SIMULATION_SPEEDUP, settings.DELIVERY_FASTEST_DRONE_KMH = 1, 60  # real flights: 2.4 km, 2.5 min
+    pickup = timezone.now() + timedelta(minutes=5)
+    too_soon = delivery_request(pickupTime=pickup.isoformat(), deadline=(pickup + timedelta(seconds=1)).isoformat())
+
+    refused = customer.request(too_soon)
+
+    assert refused.status_code == 422, refused.content
+    (error,) = refused.json()["errors"]
+    assert error["field"] == "deadline" and "at or after" in error["message"] and "2 min" in error["message"]
+    assert not Delivery.objects.exists()
+    meetable = delivery_request(pickupTime=pickup.isoformat(), deadline=(pickup + timedelta(minutes=3)).isoformat())
+    assert customer.request(meetable).status_code == 202
+    delivery_id = Delivery.objects.get().id
+    patch = customer.client.patch(
+        f"/api/deliveryrequests/{delivery_id}",
+        {"deadline": (pickup + timedelta(seconds=30)).isoformat()},
+        content_type="application/json",
+    )
+    assert patch.status_code == 422 and patch.json()["errors"][0]["field"] == "deadline"
+
+
+def test_a_package_on_its_way_cannot_be_sent_again_until_its_delivery_ends(customer, other_customer):
+    package = {"packageId": str(uuid4()), "size": "Small", "weight": 1.5}
+    assert customer.request(delivery_request(packageInfo=package)).status_code == 202
+
+    again = customer.request(delivery_request(packageInfo=package))
+
+    assert again.status_code == 409
+    assert again.json()["errors"][0]["field"] == "packageInfo.packageId"
+    assert Delivery.objects.count() == 1
+    assert other_customer.request(delivery_request(packageInfo=package)).status_code == 202  # ids are per customer
+    Delivery.objects.filter(customer=customer.customer).update(status="failed")
+    assert customer.request(delivery_request(packageInfo=package)).status_code == 202  # it may travel again

@@ -1,6 +1,9 @@
 """The workflow, with the order of messages chosen by the test (real dispatch, no broker hop)."""
 
+from datetime import timedelta
 from uuid import UUID
+
+from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
@@ -169,6 +172,19 @@ def test_an_arrival_handled_before_the_last_reports_counts_no_gap_and_warns_of_n
     cursor = StreamCursor.objects.get(subscriber="deliveries", stream=f"flight:{delivery_id}")
     assert (cursor.gaps, cursor.stale) == (0, 0)  # nothing that reads like an incident in the overview
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_an_arrival_after_the_deadline_is_delivered_late_never_on_time(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.arrived",))
+    Delivery.objects.filter(id=delivery_id).update(deadline=timezone.now() - timedelta(seconds=1))
+
+    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
+    choreography.hand_over(arrived)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("delivered", "late")
+    assert customer.get(f"/deliveries/{delivery_id}/status").json()["statusReason"] == "late"
 
 
 def test_notifications_record_one_per_delivery_and_kind(customer, fleet, choreography):

@@ -2,6 +2,7 @@
 for its single-use token when the drone arrives; without it in time it fails and the drone takes
 the package back."""
 
+import hashlib
 import json
 from uuid import UUID
 
@@ -27,9 +28,15 @@ def at_the_drop_off(customer, choreography, kind: str = "FingerPrint") -> UUID:
     return delivery_id
 
 
+def issued_token(customer, delivery_id) -> str:
+    response = customer.client.post(f"/api/deliveries/{delivery_id}/confirmation-token")
+    assert response.status_code == 201, response.content
+    return response.json()["confirmationToken"]
+
+
 def confirm(customer, delivery_id, **overrides):
     body = {
-        "token": customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"],
+        "token": overrides.pop("token", None) or issued_token(customer, delivery_id),
         "confirmationType": "FingerPrint",
         "dateTime": "2026-11-30T12:00:00Z",
         "geoCoordinates": {"latitude": 47.6, "longitude": -122.3},
@@ -48,8 +55,8 @@ def published(delivery_id, type: str) -> list[OutboxMessage]:
 def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer, fleet, choreography):
     delivery_id = at_the_drop_off(customer, choreography)
     delivery = Delivery.objects.get(id=delivery_id)
-    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
-    assert token == delivery.confirmation_token and len(token) >= 40
+    token = issued_token(customer, delivery_id)
+    assert len(token) >= 40 and "confirmationToken" not in customer.get(f"/deliveries/{delivery_id}").json()
     (asked,) = published(delivery_id, "delivery.confirmation_requested")
     assert asked.payload == {
         "delivery_id": str(delivery_id),
@@ -60,10 +67,10 @@ def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer,
     assert not [row for row in OutboxMessage.objects.all() if token in json.dumps(row.envelope())]
     assert Drone.objects.filter(status="in_flight").count() == 1  # it waits at the drop-off
 
-    response = confirm(customer, delivery_id)
+    response = confirm(customer, delivery_id, token=token)
 
     assert response.status_code == 200, response.content
-    assert response.json()["status"] == "delivered" and response.json()["confirmationToken"] is None
+    assert response.json()["status"] == "delivered"
     assert len(published(delivery_id, "delivery.completed")) == 1
     choreography.settle(delivery_id, hold=("delivery.confirmation_timed_out",))
     assert Drone.objects.filter(status="available").count() == 3
@@ -73,7 +80,7 @@ def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer,
 
 def test_a_wrong_token_changes_nothing_and_a_used_one_opens_nothing_again(customer, fleet, choreography):
     delivery_id = at_the_drop_off(customer, choreography)
-    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+    token = issued_token(customer, delivery_id)
 
     wrong = confirm(customer, delivery_id, token="x" * 43)
     assert wrong.status_code == 403 and wrong.json()["errors"][0]["field"] == "token"
@@ -96,7 +103,7 @@ def test_a_wrong_confirmation_type_is_422_and_changes_nothing(customer, fleet, c
 
 def test_another_customer_cannot_confirm(customer, other_customer, fleet, choreography):
     delivery_id = at_the_drop_off(customer, choreography)
-    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+    token = issued_token(customer, delivery_id)
 
     response = other_customer.client.post(
         f"/api/deliveries/{delivery_id}/confirmations",
@@ -110,7 +117,7 @@ def test_another_customer_cannot_confirm(customer, other_customer, fleet, choreo
 
 def test_no_confirmation_in_time_fails_it_and_the_drone_brings_the_package_back(customer, fleet, choreography):
     delivery_id = at_the_drop_off(customer, choreography)
-    token = customer.get(f"/deliveries/{delivery_id}").json()["confirmationToken"]
+    token = issued_token(customer, delivery_id)
 
     choreography.deliver("delivery.confirmation_timed_out", delivery_id)
     choreography.settle(delivery_id)
@@ -131,3 +138,17 @@ def test_a_delivery_without_confirmation_is_delivered_on_arrival_as_before(custo
 
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
     assert not published(delivery_id, "delivery.confirmation_requested")
+
+
+def test_only_the_tokens_hash_is_stored_and_asking_again_replaces_the_token(customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+    first = issued_token(customer, delivery_id)
+    second = issued_token(customer, delivery_id)
+
+    stored = Delivery.objects.get(id=delivery_id).confirmation_token_hash
+    assert first != second and stored == hashlib.sha256(second.encode()).hexdigest()
+    assert first not in stored and second not in stored
+    assert confirm(customer, delivery_id, token=first).status_code == 403  # replaced: it opens nothing
+    assert confirm(customer, delivery_id, token=second).status_code == 200
+    late = customer.client.post(f"/api/deliveries/{delivery_id}/confirmation-token")
+    assert late.status_code == 409 and late.json()["errors"][0]["field"] == "status"
