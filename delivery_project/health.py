@@ -3,9 +3,13 @@
 `/healthz` says the process answers. `/readyz` says whether it can do its work: the database
 and the broker each answer a trivial request. Each check runs in a thread of its own and is
 given READY_TIMEOUT_SECONDS, so a dependency that hangs (a paused server, a dropped packet)
-makes the answer 503 "timeout" within a second instead of hanging the probe with it.
+makes the answer 503 "timeout" within a second instead of hanging the probe with it. The broker
+check reuses one AMQP connection per process (opening a channel is the round trip), so a probe
+every second costs no TCP and AMQP handshake; a connection found broken is replaced at once.
 """
 
+import contextlib
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as Timeout
@@ -16,6 +20,8 @@ from django.conf import settings
 from django.db import connections
 from django.http import JsonResponse
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+from delivery_project.monitoring import monitoring_only
 
 READY_TIMEOUT_SECONDS = 0.8
 # Threads of checks that hang stay busy until their own timeouts end; more threads keep later
@@ -32,13 +38,54 @@ def _database() -> None:
         connection.close()  # this thread's own connection, back to the pool
 
 
+class _AmqpProbe:
+    """One BlockingConnection for the checks of this process (pika's are not thread-safe: a lock)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.url, self.connection = None, None
+        self.opened = 0  # connections opened, for the tests
+
+    def check(self, url: str) -> None:
+        if not self.lock.acquire(timeout=READY_TIMEOUT_SECONDS):
+            raise TimeoutError("the previous broker check has not ended")
+        try:
+            for attempt in (1, 2):
+                reused = self.connection is not None and self.url == url and self.connection.is_open
+                try:
+                    if not reused:
+                        self._open(url)
+                    self.connection.channel().close()
+                    return
+                except Exception:
+                    self._drop()
+                    if not reused or attempt == 2:
+                        raise  # a fresh connection failed: the broker does not answer
+        finally:
+            self.lock.release()
+
+    def _open(self, url: str) -> None:
+        self._drop()
+        parameters = pika.URLParameters(url)
+        parameters.socket_timeout = parameters.blocked_connection_timeout = 2
+        parameters.connection_attempts, parameters.retry_delay = 1, 0
+        self.url, self.connection = url, pika.BlockingConnection(parameters)
+        self.opened += 1
+
+    def _drop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(Exception):  # it is being thrown away
+                connection.close()
+
+
+amqp_probe = _AmqpProbe()
+
+
 def _broker() -> None:
     broker = dramatiq.get_broker()
     if isinstance(broker, RabbitmqBroker):
-        parameters = pika.URLParameters(settings.BROKER_URL)
-        parameters.socket_timeout = parameters.blocked_connection_timeout = 2
-        parameters.connection_attempts, parameters.retry_delay = 1, 0
-        pika.BlockingConnection(parameters).close()
+        amqp_probe.check(settings.BROKER_URL)
     else:
         broker.client.ping()
 
@@ -50,6 +97,7 @@ def healthz(request) -> JsonResponse:
     return JsonResponse({"status": "alive"})
 
 
+@monitoring_only
 def readyz(request) -> JsonResponse:
     started = time.monotonic()
     pending = {name: _checks.submit(check) for name, check in CHECKS.items()}

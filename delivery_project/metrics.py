@@ -1,10 +1,15 @@
 """`/metrics` for Prometheus: the kernel's counters (outbox/metrics.py) and the system's state,
-read from the database at each scrape.
+read from the database at most once every METRICS_STATE_CACHE_SECONDS per process: the gauges
+are aggregates over whole tables, and a scrape (or a flood of them) must not cost more than one.
 
 In multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the counters are those of every process of the
 host that shares the directory (web, relays, workers); otherwise this process's own.
 """
 
+import threading
+import time
+
+from django.conf import settings
 from django.db.models import Count, Min
 from django.http import HttpResponse
 from django.utils import timezone
@@ -12,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 
 from deliveries.models import Delivery
+from delivery_project.monitoring import monitoring_only
 from outbox import sweep
 from outbox.metrics import counters
 from outbox.models import DeadLetter, OutboxMessage
@@ -61,7 +67,23 @@ class SystemState:
         )
 
 
+_state_lock = threading.Lock()
+_state: tuple[float, bytes] = (float("-inf"), b"")
+
+
+def _system_state() -> bytes:
+    """The gauges as last read, read again when older than the cache; one reader at a time, so
+    concurrent scrapes wait for one set of queries instead of each running its own."""
+    global _state
+    with _state_lock:
+        read_at, exposition = _state
+        if time.monotonic() - read_at >= settings.METRICS_STATE_CACHE_SECONDS:
+            state = CollectorRegistry()
+            state.register(SystemState())
+            _state = (time.monotonic(), generate_latest(state))
+        return _state[1]
+
+
+@monitoring_only
 def metrics(request) -> HttpResponse:
-    state = CollectorRegistry()
-    state.register(SystemState())
-    return HttpResponse(generate_latest(counters()) + generate_latest(state), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(counters()) + _system_state(), content_type=CONTENT_TYPE_LATEST)

@@ -67,3 +67,19 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@rabbitmq_only
+def test_readyz_reuses_one_broker_connection_and_replaces_a_broken_one():
+    from delivery_project.health import amqp_probe
+
+    assert Client().get("/readyz").status_code == 200
+    opened = amqp_probe.opened
+
+    for _ in range(3):
+        assert Client().get("/readyz").status_code == 200
+    assert amqp_probe.opened == opened  # no new TCP and AMQP handshake per probe
+
+    amqp_probe.connection._impl._transport._sock.close()  # dropped under it, as a broker restart would
+    assert Client().get("/readyz").status_code == 200
+    assert amqp_probe.opened == opened + 1

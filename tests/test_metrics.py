@@ -136,3 +136,37 @@ def test_a_relay_serves_its_counters_on_a_port_of_its_own():
         text = response.read().decode()
 
     assert 'outbox_relayed_events_total{event_type="probe.pinged"}' in text
+
+
+@pytest.mark.django_db
+def test_the_state_gauges_are_read_once_per_cache_period_however_often_prometheus_scrapes(settings, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from delivery_project import metrics
+    from tests.factories import a_dead_letter
+
+    settings.METRICS_STATE_CACHE_SECONDS = 60
+    monkeypatch.setattr(metrics, "_state", (float("-inf"), b""))
+    assert value(scrape(), "outbox_dead_letters_open", reason="handler_error") == 0
+
+    a_dead_letter(reason="handler_error")
+    with CaptureQueriesContext(connection) as queries:
+        cached = scrape()
+
+    assert len(queries) == 0 and value(cached, "outbox_dead_letters_open", reason="handler_error") == 0
+    settings.METRICS_STATE_CACHE_SECONDS = 0
+    assert value(scrape(), "outbox_dead_letters_open", reason="handler_error") == 1
+
+
+@pytest.mark.django_db
+def test_with_a_monitoring_token_metrics_and_readiness_answer_only_its_holder(settings):
+    settings.MONITORING_TOKEN = "a-long-random-monitoring-token"
+
+    for path in ("/metrics", "/readyz"):
+        refused = Client().get(path)
+        assert refused.status_code == 401 and refused.json()["errors"][0]["field"] == "Authorization"
+        assert Client().get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        holder = Client(headers={"Authorization": "Bearer a-long-random-monitoring-token"})
+        assert holder.get(path).status_code == 200
+    assert Client().get("/healthz").status_code == 200  # liveness stays open
