@@ -50,6 +50,7 @@ NONSENSE = [
     (["show_routes", "--bogus"], "unrecognized arguments: --bogus", CALLED),
     (["create_roles", "--bogus"], "unrecognized arguments: --bogus", CALLED),
     (["run_all", "--addr", "nonsense"], "argument --addr: 'nonsense' is not HOST:PORT", ALONE),
+    (["rundramatiq", "--processes", "0"], "argument --processes/-p: must be at least 1, not 0", ALONE),
     (["bench", "--runs", "0", "--history", "0"], "argument --runs: must be at least 1, not 0", ALONE),
     (["chaos", "--port", "70000"], "argument --port: must be at most 65535, not 70000", ALONE),
     (["simulate", "--deliveries", "-1"], "argument --deliveries: must be at least 1, not -1", ALONE),

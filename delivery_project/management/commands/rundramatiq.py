@@ -13,6 +13,8 @@ import sys
 from django.core.management.base import OutputWrapper
 from django_dramatiq.management.commands import rundramatiq
 
+from outbox.command_arguments import whole_number
+
 logger = logging.getLogger("delivery_project.workers")
 LAUNCHER = "drone-delivery-workers"  # [project.scripts] in pyproject.toml
 
@@ -26,6 +28,12 @@ class _LogLines(io.TextIOBase):
 
 
 class Command(rundramatiq.Command):
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        for action in parser._actions:  # django_dramatiq's options, with the ranges they need
+            if action.dest in ("processes", "threads"):
+                action.type = whole_number(at_least=1)
+
     def handle(self, *args, **options):
         self.stdout = OutputWrapper(_LogLines())
         return super().handle(*args, **{**options, "skip_logging": True})
