@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 class Reason(StrEnum):
-    """Why a message was dead-lettered; the catalog is documented in the README."""
+    """Why a message was dead-lettered; the catalog is documented in docs/operations.md."""
 
     INVALID_ENVELOPE = "invalid_envelope"
     UNKNOWN_TYPE = "unknown_type"
