@@ -73,6 +73,16 @@ def release(rows: list[OutboxMessage]) -> None:
         held.update(claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0))
 
 
+def postpone(rows: list[OutboxMessage], *, seconds: float, counted: bool = False) -> None:
+    """Hold rows `seconds` more instead of their whole lease, then they are tried again. A row
+    whose queue is down is not to blame: its attempt is given back unless `counted`."""
+    later = timedelta(seconds=seconds)
+    until = Now() + later if connection.vendor == "postgresql" else timezone.now() + later  # the database's clock
+    attempts = F("send_attempts") if counted else Greatest(F("send_attempts") - 1, 0)
+    for held in _still_held(rows):
+        held.update(claimed_until=until, send_attempts=attempts)
+
+
 def seconds_until_next_due() -> float | None:
     """Until the soonest unpublished row is due and not leased by another relay (on the
     database's clock where there is one).

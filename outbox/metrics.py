@@ -9,7 +9,7 @@ when scraped: see delivery_project/metrics.py.
 
 import os
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess, start_http_server
 
 RELAYED = Counter(
     "outbox_relayed_events", "Outbox rows the broker confirmed (every copy), by event type", ["event_type"]
@@ -30,6 +30,12 @@ SWEPT = Counter(
     "The redelivery sweep's work: unsettled rows it looked at, settled (every recipient acknowledged), "
     "copies it sent again, and events dead-lettered as never_acknowledged",
     ["outcome"],
+)
+QUEUE_UNAVAILABLE = Gauge(
+    "outbox_queue_unavailable",
+    "1 while the broker returns a relay's copies for this queue as unroutable (missing, or its node down)",
+    ["queue"],
+    multiprocess_mode="max",
 )
 HANDLER_SECONDS = Histogram(
     "outbox_handler_seconds",

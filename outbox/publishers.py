@@ -53,6 +53,9 @@ class Outcome:
     error: Exception | None = None
     # Of a refused key, the queues whose copy the broker did take (acked): they need nothing more.
     acked: dict[Hashable, set[str]] = field(default_factory=dict)
+    # Of a refused key, the queues whose copy came back unroutable (the queue is missing, or its
+    # node is down): the queue's outage, not the row's fault.
+    unroutable: dict[Hashable, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,6 +91,7 @@ class PipelinedPublisher:
         self._tags_of: dict[tuple[str, str], deque[int]] = {}  # (message id, queue) -> unconfirmed tags, in order
         self._copies_left: dict[Hashable, int] = {}  # key -> copies not yet acked
         self._acked: dict[Hashable, set[str]] = {}  # key -> queues whose copy was acked
+        self._unroutable: dict[Hashable, set[str]] = {}  # key -> queues whose copy came back
         self._refused: set[Hashable] = set()
         self._error: Exception | None = None
         self._channel_closed: Exception | None = None  # the broker closed the channel: why
@@ -139,9 +143,11 @@ class PipelinedPublisher:
         outcome.confirmed = {k for k, left in self._copies_left.items() if left <= 0} - outcome.refused
         for key in outcome.confirmed | outcome.refused:
             del self._copies_left[key]
-            acked = self._acked.pop(key, set())
+            acked, unroutable = self._acked.pop(key, set()), self._unroutable.pop(key, set())
             if key in outcome.refused:
                 outcome.acked[key] = acked
+                if unroutable:
+                    outcome.unroutable[key] = unroutable
         self._refused -= outcome.refused
         if outcome.error is not None:
             self._forget()
@@ -155,6 +161,7 @@ class PipelinedPublisher:
             outcome.confirmed |= part.confirmed
             outcome.refused |= part.refused
             outcome.acked.update(part.acked)
+            outcome.unroutable.update(part.unroutable)
             outcome.error = part.error
             if part.error is not None or not self._copies_left:
                 return outcome
@@ -232,8 +239,8 @@ class PipelinedPublisher:
         its row stays unsent, whatever its sibling copies' acks say."""
         # Its queue is not declared again from here: Dramatiq's broker remembers it as declared,
         # and in a cluster the declaration fails as long as the queue's node is down. The workers
-        # declare their queues when they start; until then the row is refused, sent again one lease
-        # later and, after OUTBOX_RELAY_MAX_SEND_ATTEMPTS, set aside as `unsendable` letters.
+        # declare their queues when they start. The relay takes it as that queue's outage (logged
+        # once by the relay, not per copy): the row waits, uncounted, and is sent again shortly.
         message_id = dramatiq.Message.decode(body).message_id
         for tag in self._tags_of.get((message_id, method.routing_key), ()):
             copy = self._pending[tag]
@@ -241,8 +248,9 @@ class PipelinedPublisher:
                 copy.returned = True
                 if copy.key in self._copies_left:
                     self._refused.add(copy.key)
+                    self._unroutable.setdefault(copy.key, set()).add(copy.queue)
                 break
-        logger.warning("broker returned %s for queue %s: %s", message_id, method.routing_key, method.reply_text)
+        logger.debug("broker returned %s for queue %s: %s", message_id, method.routing_key, method.reply_text)
 
     def _open(self) -> None:
         if self.channel is not None and self.channel.is_open and self.connection.is_open:

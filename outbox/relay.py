@@ -8,9 +8,11 @@ inboxes drop the copies. Rows are found by "not yet published", never by a water
 transaction that commits late is still relayed.
 
 Any error backs off and is retried; rows the broker confirmed are always marked first. A row
-that alone keeps failing to send (a poison row) keeps its lease, so the rows behind it flow,
-and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter (`unsendable`) for
-each subscriber it had not reached.
+that alone keeps failing to send (a poison row) is held for 2, 4, 8... seconds while the rows
+behind it flow, and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter (`unsendable`) for
+each subscriber it had not reached. A copy the broker returns as unroutable is not the row's
+fault but its queue's (missing, or on a cluster node that is down): the queue's outage is logged
+once, the row waits a few seconds uncounted and is sent again, and the other queues flow.
 """
 
 import contextlib
@@ -33,7 +35,7 @@ from opentelemetry.trace import SpanKind
 
 from outbox import heartbeats, leases, tracing, wake_up
 from outbox.dead_letters import Reason, record_dead_letter
-from outbox.metrics import RELAYED, SEND_FAILURES
+from outbox.metrics import QUEUE_UNAVAILABLE, RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
 from outbox.subscriptions import message_to, queue_name, subscribers_of
@@ -43,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 # A row failing alone counts towards being set aside only if other rows were sent this recently.
 SUSPICION_SECONDS = 60
+# A row whose queue is down waits this long before it is sent again, doubling up to the maximum.
+QUEUE_RETRY_SECONDS, QUEUE_RETRY_MAX_SECONDS = 0.5, 5.0
 _BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError, OSError)
 
 
@@ -85,6 +89,7 @@ class Relay:
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
         self.next_beat = 0.0  # monotonic time of the next heartbeat
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
+        self.queues_down: dict[str, tuple[float, float]] = {}  # queue -> (down since, next wait)
         self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
         if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
             self.publisher = PipelinedPublisher(self.broker)
@@ -218,6 +223,9 @@ class Relay:
         closed the channel over one row: that row is found and counted (see `_isolate`)."""
         sent = [in_flight.pop(key) for key in outcome.confirmed if key in in_flight]
         refused = [(key, in_flight.pop(key)) for key in outcome.refused if key in in_flight]
+        waiting = [row for key, row in refused if outcome.unroutable.get(key)]
+        self._wait_for_queues(waiting, set().union(*(outcome.unroutable.get(key, ()) for key, _ in refused)))
+        refused = [(key, row) for key, row in refused if not outcome.unroutable.get(key)]
         suspects = suspects + [self._refusal(row, outcome.acked.get(key, set())) for key, row in refused]
         if isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker) and in_flight:
             logger.warning(
@@ -242,12 +250,39 @@ class Relay:
         finally:
             self.mark_published(sent)
         self.relayed += len(sent)
+        self._queues_back(sent)
         for event_type, count in Counter(row.type for row in sent).items():
             RELAYED.labels(event_type).inc(count)
         SEND_FAILURES.labels("row").inc(len(suspects))
         for suspect in suspects:  # a row that fails while its neighbours go through keeps its lease
             self._set_aside_if_hopeless(suspect)
         return len(sent)
+
+    def _wait_for_queues(self, rows: list[OutboxMessage], queues: set[str]) -> None:
+        """Rows with a copy returned unroutable wait for their queue, uncounted; the queue's
+        outage is logged once, when it starts."""
+        if not rows:
+            return
+        now = time.monotonic()
+        for queue in sorted(queues - self.queues_down.keys()):
+            logger.warning("queue %s is unavailable (the broker returns its copies): its rows wait", queue)
+            QUEUE_UNAVAILABLE.labels(queue).set(1)
+            self.queues_down[queue] = (now, QUEUE_RETRY_SECONDS)
+        wait = max(self.queues_down[queue][1] for queue in queues)
+        for queue in queues:
+            since, current = self.queues_down[queue]
+            self.queues_down[queue] = (since, min(current * 2, QUEUE_RETRY_MAX_SECONDS))
+        leases.postpone(rows, seconds=wait)
+
+    def _queues_back(self, sent: list[OutboxMessage]) -> None:
+        """A copy confirmed for a queue that was down: its outage is over."""
+        if not self.queues_down or not sent:
+            return
+        reached = {queue_name(subscriber) for row in sent for subscriber in self.recipients(row)}
+        for queue in sorted(reached & self.queues_down.keys()):
+            since, _ = self.queues_down.pop(queue)
+            logger.warning("queue %s takes copies again after %.1f s", queue, time.monotonic() - since)
+            QUEUE_UNAVAILABLE.labels(queue).set(0)
 
     def _send_one_by_one(self, rows: list[OutboxMessage]) -> tuple[Outcome, list[_SendFailed]]:
         """Through the broker's own enqueue, each copy confirmed in turn (confirms off, or a
@@ -303,7 +338,10 @@ class Relay:
         row = failure.row
         logger.warning("relay could not send %s (attempt %d): %s", row, row.send_attempts, failure)
         if row.send_attempts < settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS:
-            return  # tried again when its lease expires
+            # Tried again after 2, 4, 8... seconds, not a whole lease later: a copy nacked while a
+            # quorum queue elects a new leader goes through at the next try.
+            leases.postpone([row], seconds=min(2.0**row.send_attempts, self.lease.total_seconds()), counted=True)
+            return
         try:
             body = row.envelope()
         except Exception:

@@ -241,3 +241,36 @@ def test_a_row_that_makes_the_broker_close_the_channel_is_found_counted_and_set_
     assert DeadLetter.objects.count() == 2
     assert set(DeadLetter.objects.values_list("reason", "message_id")) == {("unsendable", poison.message_id)}
     assert effects_per_message() == {1: 38}
+
+
+def test_a_queue_that_is_down_is_an_outage_its_rows_wait_uncounted_and_flow_when_it_is_back(
+    broker, transactional_db, settings, caplog
+):
+    """Issue 21 §3: probe_b's queue is gone (as when its cluster node is down): every copy to it
+    comes back unroutable. That is no poison row: no attempt counts, no `unsendable` letter, one
+    warning for the queue, and once the queue is back every row goes through."""
+    settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 2
+    rows = [OutboxMessage.objects.get(stream=f"ping:{ping(n=n).pk}") for n in range(5)]
+    down = queue_name("probe_b")
+    broker.declare_queue(down, ensure=True)
+    broker.channel.queue_delete(down)  # the broker object still believes it declared it
+    relay = Relay(broker=broker)
+
+    for _ in range(4):  # twice the attempts that would set a poison row aside
+        assert relay.relay_batch() == 0
+        OutboxMessage.objects.update(claimed_until=timezone.now())  # its short wait is over
+
+    assert published_count() == 0 and not DeadLetter.objects.exists()
+    assert set(OutboxMessage.objects.values_list("send_attempts", flat=True)) == {0}
+    outage_lines = [r for r in caplog.records if "is unavailable" in r.getMessage()]
+    assert [r.getMessage() for r in outage_lines] == [
+        f"queue {down} is unavailable (the broker returns its copies): its rows wait"
+    ]
+
+    broker._declare_queue(down)  # the queue is back (its node restarted, or a worker declared it)
+    assert relay.relay_batch() == len(rows)
+
+    assert published_count() == len(rows)
+    assert broker.channel.queue_declare(down, passive=True).method.message_count == len(rows)
+    assert any("takes copies again" in r.getMessage() for r in caplog.records)
+    assert relay.queues_down == {}
