@@ -140,3 +140,18 @@ def fleet(db):
 @pytest.fixture
 def choreography(db):
     return Choreography()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_cluster(tmp_path_factory):
+    """A 3-node RabbitMQ cluster of the tests' own (tests/rabbitmq_cluster.py), beside the system
+    node, for the whole session; every node and its epmd are gone at the end."""
+    from tests.rabbitmq_cluster import RABBITMQ_BIN, RabbitmqCluster, epmd_names, processes_in_group
+
+    if not (RABBITMQ_BIN / "rabbitmq-server").exists():
+        pytest.skip(f"needs RabbitMQ's binaries in {RABBITMQ_BIN}")
+    with RabbitmqCluster(tmp_path_factory.mktemp("rabbitmq-cluster")) as cluster:
+        yield cluster
+        groups = [cluster.pid(i) for i in range(cluster.size)]
+    assert not any(processes_in_group(group) for group in groups if group), "a node outlived the rig"
+    assert epmd_names(cluster.epmd_port) is None, "the rig's epmd outlived the rig"

@@ -1,0 +1,106 @@
+"""The choreography on a 3-node RabbitMQ cluster (issue 21): quorum queues, every node in
+BROKER_URL, and deliveries still made while the node leading the queues is stopped and while
+another is killed with SIGKILL. The cluster is the tests' own (tests/rabbitmq_cluster.py)."""
+
+import statistics
+import subprocess
+
+import pytest
+from django.conf import settings
+
+from deliveries.models import Delivery
+from drones.services import seed_fleet
+from outbox.models import DeadLetter, OutboxMessage
+from tests.factories import BASE, Customer, delivery_request
+from tests.processes import MANAGE
+from tests.rabbitmq_cluster import quorum_queue
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+BOUND_SECONDS = 60  # request to delivered, for every delivery, faults included
+
+
+def delivered_in(count: int, since_count: int) -> None:
+    wait_until(
+        lambda: Delivery.objects.filter(status="delivered").count() == since_count + count,
+        timeout=120,
+        what=f"{count} more deliveries delivered",
+    )
+
+
+def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is_killed(
+    env, rabbitmq_cluster, tmp_path
+):
+    cluster = rabbitmq_cluster
+    prefix = f"{settings.OUTBOX_QUEUE_PREFIX}cluster-"
+    on_the_cluster = {
+        **env,
+        "BROKER_URL": " ".join(f"{url}?heartbeat=5" for url in cluster.urls),
+        "RABBITMQ_QUEUE_TYPE": "quorum",
+        "OUTBOX_QUEUE_PREFIX": prefix,
+    }
+    seed_fleet(count=20, latitude=BASE[0], longitude=BASE[1])
+    alice = Customer("alice")
+    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("workers", "relay")}
+    processes = [
+        subprocess.Popen(
+            [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "4"],
+            env=on_the_cluster,
+            stdout=logs["workers"],
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [*MANAGE, "relay_outbox", "--progress-every", "0"],
+            env=on_the_cluster,
+            stdout=logs["relay"],
+            stderr=subprocess.STDOUT,
+        ),
+    ]
+
+    def request(n: int) -> None:
+        for _ in range(n):
+            assert alice.request(delivery_request()).status_code == 202
+
+    try:
+        request(10)  # no fault: the reference
+        delivered_in(10, 0)
+        queue = wait_until(
+            lambda: (q := quorum_queue(cluster, 0, f"{prefix}deliveries")) and len(q.get("online", ())) == 3 and q,
+            timeout=30,
+            what="the deliveries queue on three members",
+        )
+        assert queue["type"] == "quorum"
+        leader = cluster.nodes.index(queue["leader"])
+
+        cluster.stop_node(leader)  # the node leading the deliveries queue, gracefully
+        request(10)
+        delivered_in(10, 10)
+        cluster.start_node(leader)
+
+        killed = (leader + 1) % cluster.size
+        cluster.kill_node(killed)  # another node, without warning
+        request(10)
+        delivered_in(10, 20)
+        cluster.start_node(killed)
+        cluster.wait_until_clustered(3)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+        for log in logs.values():
+            log.close()
+
+    assert not DeadLetter.objects.exists()
+    assert Delivery.objects.filter(status="delivered").count() == 30
+    completed = OutboxMessage.objects.filter(type="delivery.completed").values_list("correlation_id", flat=True)
+    assert len(completed) == len(set(completed)) == 30  # each delivery completed once: nothing applied twice
+    took = [(d.updated_at - d.created_at).total_seconds() for d in Delivery.objects.order_by("created_at")]
+    reference, stopped, killed_phase = took[:10], took[10:20], took[20:]
+    print(
+        "\n[cluster] request -> delivered, s (median / max): "
+        f"no fault {statistics.median(reference):.1f} / {max(reference):.1f}; "
+        f"leader stopped {statistics.median(stopped):.1f} / {max(stopped):.1f}; "
+        f"node killed {statistics.median(killed_phase):.1f} / {max(killed_phase):.1f}"
+    )
+    assert max(took) <= BOUND_SECONDS
