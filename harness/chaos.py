@@ -4,8 +4,10 @@
 two worker processes on them, submits delivery requests through the HTTP API and, at moments
 drawn from a seeded generator, kills and restarts a relay or a worker (SIGKILL), pauses one
 (SIGSTOP for longer than the broker's heartbeat, then SIGCONT) and closes every broker
-connection. When the system is quiet it checks the ledger (see `Ledger`), prints the verdict
-and removes its database and queues.
+connection. With `--rabbitmq-cluster 3` it runs on a RabbitMQ cluster of its own
+(harness/rabbitmq_cluster.py, quorum queues, every node in BROKER_URL) and also stops a node
+(SIGTERM) or kills one (SIGKILL), starting it again after the pause. When the system is quiet it
+checks the ledger (see `Ledger`), prints the verdict and removes its database and queues.
 """
 
 import contextlib
@@ -34,6 +36,7 @@ from notifications.models import Notification
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 KINDS = ("kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections")
+CLUSTER_KINDS = ("stop_broker_node", "kill_broker_node")  # only on a cluster of the rig's own
 TERMINAL = {"delivered", "failed", "cancelled"}
 # The notification each terminal status sends; its presence is the side effect checked.
 NOTIFIED = {"delivered": "completed", "failed": "failed", "cancelled": "cancelled"}
@@ -49,31 +52,47 @@ class Fault:
         return f"t+{self.at:6.1f}s {self.kind}{' ' + self.target if self.target else ''}"
 
 
-def plan_faults(rng: random.Random, *, duration: float, per_kind: int, broker_is_rabbitmq: bool) -> list[Fault]:
-    """`per_kind` faults of each kind at times spread over the run, on targets drawn at random."""
+def plan_faults(
+    rng: random.Random, *, duration: float, per_kind: int, broker_is_rabbitmq: bool, cluster_nodes: int = 0
+) -> list[Fault]:
+    """`per_kind` faults of each kind at times spread over the run, on targets drawn at random;
+    with `cluster_nodes`, nodes of the rig's own cluster are stopped and killed too."""
     faults = []
-    for kind in KINDS:
+    for kind in KINDS + (CLUSTER_KINDS if cluster_nodes else ()):
         if kind == "close_broker_connections" and not broker_is_rabbitmq:
             continue
         for _ in range(per_kind):
-            target = "" if kind == "close_broker_connections" else f"{kind.split('_')[1]}-{rng.randint(1, 2)}"
+            if kind == "close_broker_connections":
+                target = ""
+            elif kind in CLUSTER_KINDS:
+                target = f"node-{rng.randint(1, cluster_nodes)}"
+            else:
+                target = f"{kind.split('_')[1]}-{rng.randint(1, 2)}"
             faults.append(Fault(at=round(rng.uniform(1.0, duration), 1), kind=kind, target=target))
     return sorted(faults, key=lambda f: f.at)
 
 
-def chaos_env(*, database_url: str, queue_prefix: str, speedup: float) -> dict[str, str]:
-    """The environment of every process of the run: its own database and queues, a short heartbeat."""
-    broker_url = settings.BROKER_URL
-    parts = urlsplit(broker_url)
-    if parts.scheme.startswith("amqp"):
-        # A paused process is noticed (and its unacknowledged messages requeued) within seconds.
-        query = dict(parse_qsl(parts.query))
-        query.setdefault("heartbeat", "5")
-        broker_url = urlunsplit(parts._replace(query=urlencode(query)))
+def with_heartbeat(url: str) -> str:
+    """A paused process is noticed (and its unacknowledged messages requeued) within seconds."""
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("amqp"):
+        return url
+    query = dict(parse_qsl(parts.query))
+    query.setdefault("heartbeat", "5")
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def chaos_env(
+    *, database_url: str, queue_prefix: str, speedup: float, broker_urls: list[str] | None = None
+) -> dict[str, str]:
+    """The environment of every process of the run: its own database and queues, a short heartbeat;
+    on the rig's own cluster, every node in BROKER_URL and quorum queues."""
+    cluster = {"RABBITMQ_QUEUE_TYPE": "quorum"} if broker_urls else {}
     return {
         **os.environ,
+        **cluster,
         "DATABASE_URL": database_url,
-        "BROKER_URL": broker_url,
+        "BROKER_URL": " ".join(with_heartbeat(url) for url in (broker_urls or [settings.BROKER_URL])),
         "OUTBOX_QUEUE_PREFIX": queue_prefix,
         "DRONE_SIMULATION_SPEEDUP": str(speedup),
         "DRONE_POSITION_REPORTS": "3",
@@ -146,13 +165,32 @@ class System:
                 process.wait()
 
 
-def close_every_broker_connection() -> None:
+def close_every_broker_connection(cluster=None) -> None:
+    """On the configured broker, or on every node of the rig's own cluster."""
+    if cluster is not None:
+        for i in range(cluster.size):
+            if cluster.running(i):
+                cluster.ctl(i, "close_all_connections", "chaos: every connection closed", check=False)
+        return
     subprocess.run(
         ["rabbitmqctl", "close_all_connections", "chaos: every connection closed"],
         check=True,
         capture_output=True,
         timeout=60,
     )
+
+
+def break_broker_node(cluster, fault: Fault, seconds: float, stop: threading.Event) -> None:
+    """Stop (SIGTERM) or kill (SIGKILL) one node of the cluster, then start it again after `seconds`."""
+    node = int(fault.target.removeprefix("node-")) - 1
+    if not cluster.running(node):
+        return  # still down from an earlier fault
+    if fault.kind == "stop_broker_node":
+        cluster.stop_node(node)
+    else:
+        cluster.kill_node(node)
+    stop.wait(seconds)
+    cluster.start_node(node)
 
 
 @dataclass

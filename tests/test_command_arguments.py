@@ -53,6 +53,7 @@ NONSENSE = [
     (["rundramatiq", "--processes", "0"], "argument --processes/-p: must be at least 1, not 0", ALONE),
     (["bench", "--runs", "0", "--history", "0"], "argument --runs: must be at least 1, not 0", ALONE),
     (["chaos", "--port", "70000"], "argument --port: must be at most 65535, not 70000", ALONE),
+    (["chaos", "--rabbitmq-cluster", "2"], "argument --rabbitmq-cluster: must be at least 3, not 2", ALONE),
     (["simulate", "--deliveries", "-1"], "argument --deliveries: must be at least 1, not -1", ALONE),
     (["simulate", "--url", "127.0.0.1:8000"], "argument --url: '127.0.0.1:8000' is not an http:// or", ALONE),
     (["simulate", "--url", "{nobody_listens}"], "could not reach {nobody_listens}: connection refused", ALONE),

@@ -1,6 +1,6 @@
 """The choreography on a 3-node RabbitMQ cluster (issue 21): quorum queues, every node in
 BROKER_URL, and deliveries still made while the node leading the queues is stopped and while
-another is killed with SIGKILL. The cluster is the tests' own (tests/rabbitmq_cluster.py)."""
+another is killed with SIGKILL. The cluster is the tests' own (harness/rabbitmq_cluster.py)."""
 
 import statistics
 import subprocess
@@ -10,10 +10,10 @@ from django.conf import settings
 
 from deliveries.models import Delivery
 from drones.services import seed_fleet
+from harness.rabbitmq_cluster import quorum_queue
 from outbox.models import DeadLetter, OutboxMessage
 from tests.factories import BASE, Customer, delivery_request
 from tests.processes import MANAGE
-from tests.rabbitmq_cluster import quorum_queue
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

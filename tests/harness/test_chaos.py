@@ -18,6 +18,9 @@ SEED = 2026
 def test_200_deliveries_under_kills_pauses_and_broker_disconnections_keep_the_ledger():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
     command = [*MANAGE, "chaos", "--deliveries", "200", "--seed", str(SEED), "--port", str(a_free_port())]
+    # Pauses past two AMQP heartbeats (5 s each), so RabbitMQ gives up on the paused process; the
+    # injector runs its faults one after another, and four pauses of 15 s would take a minute alone.
+    command += ["--pause-seconds", "12", "--duration", "45"]
     run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = run.communicate(timeout=600)

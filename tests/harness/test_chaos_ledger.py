@@ -114,3 +114,16 @@ def test_a_timer_that_falls_due_after_the_run_was_found_quiet_is_not_held_agains
     ledger.check()
 
     assert ledger.violations == ["1 outbox rows due and never relayed"]  # the one due at quiet_at, not the later one
+
+
+def test_on_a_cluster_of_its_own_the_plan_also_stops_and_kills_broker_nodes():
+    import random
+
+    plan = plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True, cluster_nodes=3)
+
+    nodes = [f for f in plan if f.kind in ("stop_broker_node", "kill_broker_node")]
+    assert sorted({f.kind for f in nodes}) == ["kill_broker_node", "stop_broker_node"] and len(nodes) == 4
+    assert {f.target for f in nodes} <= {"node-1", "node-2", "node-3"}
+    assert not [
+        f for f in plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True) if "node" in f.kind
+    ]  # on the configured broker, nodes are not the rig's to stop

@@ -17,14 +17,17 @@ from django.db import connection
 
 from deliveries.customers import create_customer
 from harness.chaos import (
+    CLUSTER_KINDS,
     Fault,
     Ledger,
     Recipient,
     System,
+    break_broker_node,
     chaos_env,
     close_every_broker_connection,
     plan_faults,
 )
+from harness.rabbitmq_cluster import RabbitmqCluster
 from harness.scratch import scratch_run
 from harness.simulation import Api, random_request, stamped
 from outbox.command_arguments import number, port, whole_number
@@ -61,6 +64,14 @@ class Command(BaseCommand):
         parser.add_argument("--settle-timeout", type=seconds, default=300.0, help="Longest wait for quiet at the end.")
         parser.add_argument("--port", type=port, default=8765)
         parser.add_argument("--keep", action="store_true", help="Keep the run's database and logs for inspection.")
+        parser.add_argument(
+            "--rabbitmq-cluster",
+            type=whole_number(at_least=3),
+            default=None,
+            metavar="NODES",
+            help="Run on a RabbitMQ cluster of this many nodes of the rig's own (quorum queues), and stop "
+            "and kill its nodes too (stop_broker_node, kill_broker_node).",
+        )
 
     def handle(self, **options):
         if connection.vendor != "postgresql":
@@ -77,8 +88,17 @@ class Command(BaseCommand):
             )
             call_command("seed_fleet", options["drones"], latitude=BASE[0], longitude=BASE[1], stdout=io.StringIO())
             _, token = create_customer(name="chaos")
+            self.cluster = None
+            if options["rabbitmq_cluster"]:
+                nodes = options["rabbitmq_cluster"]
+                self.stdout.write(f"starting a {nodes}-node RabbitMQ cluster in {logs}")
+                self.cluster = RabbitmqCluster(logs / "rabbitmq", size=nodes, die_with_thread=False)
+                self.cluster.start()
             env = chaos_env(
-                database_url=scratch.database_url, queue_prefix=scratch.queue_prefix, speedup=options["speedup"]
+                database_url=scratch.database_url,
+                queue_prefix=scratch.queue_prefix,
+                speedup=options["speedup"],
+                broker_urls=self.cluster.urls if self.cluster else None,
             )
             system = System(env=env, addr=f"127.0.0.1:{options['port']}", logs=logs, threads=options["threads"])
             try:
@@ -88,6 +108,8 @@ class Command(BaseCommand):
                 violations = self._run(api, system, stop=stop, **{**options, "seed": seed})
             finally:
                 system.stop_all()
+                if self.cluster is not None:
+                    self.cluster.stop()
                 if not options["keep"]:
                     shutil.rmtree(logs, ignore_errors=True)
         if violations:
@@ -99,7 +121,8 @@ class Command(BaseCommand):
             rng,
             duration=options["duration"],
             per_kind=options["faults_per_kind"],
-            broker_is_rabbitmq=urlsplit(settings.BROKER_URL).scheme.startswith("amqp"),
+            broker_is_rabbitmq=self.cluster is not None or urlsplit(settings.BROKER_URL).scheme.startswith("amqp"),
+            cluster_nodes=self.cluster.size if self.cluster else 0,
         )
         requests = [
             random_request(rng, latitude=BASE[0], longitude=BASE[1], radius_km=3, confirmation_share=0.25)
@@ -155,12 +178,14 @@ class Command(BaseCommand):
             if stop.wait(max(0.0, started + fault.at - time.monotonic())):
                 return
             at = time.monotonic() - started
-            if fault.kind.startswith("kill"):
+            if fault.kind in CLUSTER_KINDS:
+                break_broker_node(self.cluster, fault, pause, stop)
+            elif fault.kind.startswith("kill"):
                 system.kill_and_restart(fault.target)
             elif fault.kind.startswith("pause"):
                 system.pause(fault.target, pause, stop)
             else:
-                close_every_broker_connection()
+                close_every_broker_connection(self.cluster)
             injected.append(f"t+{at:6.1f}s {fault.kind} {fault.target}".rstrip())
             self.stdout.write(f"  fault {injected[-1]}")
 

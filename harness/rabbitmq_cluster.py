@@ -1,4 +1,4 @@
-"""A RabbitMQ cluster of its own on this machine, for tests: N nodes, their own epmd, ports and data.
+"""A RabbitMQ cluster of its own on this machine, for tests and the chaos rig: N nodes, their own epmd, ports and data.
 
 The nodes run Debian's RabbitMQ (`/usr/lib/rabbitmq/bin`) directly, as children of the test
 process, each in its own process group, with everything under `base_dir`:
@@ -177,7 +177,11 @@ class RabbitmqCluster:
         name_prefix: str = "rig",
         host_part: str = "localhost",
         timeout: float = 60.0,
+        die_with_thread: bool = True,
     ):
+        # die_with_thread=False for a caller that starts nodes from threads that end before the
+        # cluster does (the chaos rig's fault injector); stop() and the atexit hook still apply.
+        self.die_with_thread = die_with_thread
         self.base_dir = Path(base_dir).resolve()
         self.size = size
         self.timeout = timeout
@@ -276,7 +280,7 @@ class RabbitmqCluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: the shell, the beam and its helpers
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent if self.die_with_thread else None,
             )
 
     def _start_epmd(self) -> None:
