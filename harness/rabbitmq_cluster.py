@@ -46,6 +46,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from harness.waiting import wait_for
+
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 EPMD = Path("/usr/lib/erlang/bin/epmd")
 HOST = "127.0.0.1"
@@ -85,19 +87,6 @@ def port_open(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)
         return probe.connect_ex((HOST, port)) == 0
-
-
-def wait_for(condition: Callable[[], object], *, timeout: float, what: str) -> object:
-    """Poll `condition` until it is truthy; raise TimeoutError naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        pause.wait(0.05)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)

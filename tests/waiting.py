@@ -1,18 +1,13 @@
-"""Waiting on a condition with a deadline, never a sleep-and-hope."""
+"""Waiting on a condition with a deadline, never a sleep-and-hope; a timeout fails the test."""
 
-import threading
-import time
 from collections.abc import Callable
+
+from harness.waiting import wait_for
 
 
 def wait_until(condition: Callable[[], object], *, timeout: float = 30.0, what: str = "condition"):
     """Poll `condition` until it is truthy; fail with `what` once `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        pause.wait(0.05)
+    try:
+        return wait_for(condition, timeout=timeout, what=what)
+    except TimeoutError as timeout_error:
+        raise AssertionError(str(timeout_error)) from None
