@@ -144,7 +144,7 @@ def choreography(db):
 
 @pytest.fixture(scope="session")
 def rabbitmq_cluster(tmp_path_factory):
-    """A 3-node RabbitMQ cluster of the tests' own (tests/rabbitmq_cluster.py), beside the system
+    """A 3-node RabbitMQ cluster of the tests' own (harness/rabbitmq_cluster.py), beside the system
     node, for the whole session; every node and its epmd are gone at the end."""
     from harness.rabbitmq_cluster import RABBITMQ_BIN, RabbitmqCluster, epmd_names, processes_in_group
 
