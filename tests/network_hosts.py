@@ -57,6 +57,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from harness.rabbitmq_cluster import processes_in_group
+from harness.waiting import wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -274,9 +275,8 @@ class Host:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
         for process in self.processes:
-            end = time.monotonic() + 10
-            while processes_in_group(process.pid) and time.monotonic() < end:
-                time.sleep(0.05)
+            with contextlib.suppress(TimeoutError):  # teardown goes on; the namespace's deletion follows
+                wait_for(lambda p=process: not processes_in_group(p.pid), timeout=10, what="the group to end")
         self.processes.clear()
 
 
@@ -378,11 +378,7 @@ class NetworkHosts:
         """Plug it back: link up, and wait until the link has its carrier again."""
         ip("link", "set", host.root_veth, "up")
         operstate = Path(f"/sys/class/net/{host.root_veth}/operstate")
-        deadline = time.monotonic() + timeout
-        while operstate.read_text().strip() != "up":
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{host.root_veth} not up after {timeout} s")
-            time.sleep(0.02)
+        wait_for(lambda: operstate.read_text().strip() == "up", timeout=timeout, what=f"{host.root_veth} up")
         host.cut_off = False
 
     def close(self) -> None:

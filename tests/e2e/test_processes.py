@@ -15,14 +15,14 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def workers(env):
-    process = subprocess.Popen(
-        [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def workers(env, tmp_path):
+    with (tmp_path / "workers.log").open("w") as log:  # a file: a pipe nobody reads fills up and blocks them
+        process = subprocess.Popen(
+            [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "2"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     yield process
     process.send_signal(signal.SIGTERM)
     process.wait(30)

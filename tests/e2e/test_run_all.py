@@ -50,8 +50,9 @@ class ConnectionSampler(threading.Thread):
 POOL, WORKER_PROCESSES, THREADS = 4, 2, 8
 
 
-def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_ctrl_c(env):
+def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_ctrl_c(env, tmp_path):
     port, token = a_free_port(), Customer("alice").token
+    log = (tmp_path / "run_all.log").open("w")
     system = subprocess.Popen(
         [
             *MANAGE,
@@ -64,7 +65,9 @@ def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_c
             str(THREADS),
         ],
         env={**env, "DJANGO_DB_POOL_MAX_SIZE": str(POOL)},
-        stdout=subprocess.PIPE,
+        # A file, not a pipe read only at the end: every handled message logs a line, and once a
+        # pipe's buffer is full every child blocks on its next line (the web on its access log).
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -91,9 +94,11 @@ def test_run_all_under_a_burst_keeps_connections_within_the_pools_and_stops_on_c
         # Ctrl-C even when an assertion failed: run_all stops its children, which a kill would orphan.
         system.send_signal(signal.SIGINT)
         try:
-            output, _ = system.communicate(timeout=60)
+            system.wait(timeout=60)
         finally:
             system.kill()
+            log.close()
+    output = (tmp_path / "run_all.log").read_text()
     assert system.returncode == 0, output
     assert "running web, relay-1, workers" in output
     sampler.join(5)
