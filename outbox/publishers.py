@@ -82,6 +82,7 @@ class PipelinedPublisher:
         self.window = window
         self.connection: pika.BlockingConnection | None = None
         self.channel = None
+        self._nacked = False  # a nack came on this channel: the next batch opens a new one
         self._declared: set[str] = set()
         self._forget()
         self._next_tag = 1
@@ -233,6 +234,8 @@ class PipelinedPublisher:
                     self._acked.setdefault(copy.key, set()).add(copy.queue)
             elif copy.key in self._copies_left:
                 self._refused.add(copy.key)  # a nack, or the ack of a copy that came back unrouted
+            if not acked:
+                self._nacked = True
 
     def _on_return(self, channel, method, properties, body) -> None:
         """An unroutable copy (its queue is gone, or its node is down) comes back before its own ack:
@@ -253,6 +256,12 @@ class PipelinedPublisher:
         logger.debug("broker returned %s for queue %s: %s", message_id, method.routing_key, method.reply_text)
 
     def _open(self) -> None:
+        if self._nacked and not self._pending:
+            # RabbitMQ nacks a copy whose quorum queue lost its leader; a channel that went on
+            # talking to the old leader was seen to nack that queue's copies for 30 s more, where a
+            # new channel reaches the new leader at once. Nothing is in flight: start afresh.
+            self._nacked = False
+            self.close()
         if self.channel is not None and self.channel.is_open and self.connection.is_open:
             try:
                 # While the relay slept nobody answered the broker's heartbeats: it may have

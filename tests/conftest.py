@@ -146,7 +146,8 @@ def choreography(db):
 def rabbitmq_cluster(tmp_path_factory):
     """A 3-node RabbitMQ cluster of the tests' own (harness/rabbitmq_cluster.py), beside the system
     node, for the whole session; every node and its epmd are gone at the end."""
-    from harness.rabbitmq_cluster import RABBITMQ_BIN, RabbitmqCluster, epmd_names, processes_in_group
+    from harness.rabbitmq_cluster import RABBITMQ_BIN, RabbitmqCluster
+    from harness.rig_processes import epmd_names, processes_in_group
 
     if not (RABBITMQ_BIN / "rabbitmq-server").exists():
         pytest.skip(f"needs RabbitMQ's binaries in {RABBITMQ_BIN}")

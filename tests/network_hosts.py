@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from harness.rabbitmq_cluster import processes_in_group
+from harness.rig_processes import processes_in_group
 from harness.waiting import wait_for
 
 logger = logging.getLogger(__name__)

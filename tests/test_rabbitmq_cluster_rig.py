@@ -13,7 +13,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from harness.rabbitmq_cluster import RABBITMQ_BIN, epmd_names, port_open, processes_in_group
+from harness.rabbitmq_cluster import RABBITMQ_BIN
+from harness.rig_processes import epmd_names, port_open, processes_in_group
 from tests.waiting import wait_until
 
 pytestmark = [

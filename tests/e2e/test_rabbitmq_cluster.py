@@ -2,7 +2,6 @@
 BROKER_URL, and deliveries still made while the node leading the queues is stopped and while
 another is killed with SIGKILL. The cluster is the tests' own (harness/rabbitmq_cluster.py)."""
 
-import statistics
 import subprocess
 
 import pytest
@@ -11,7 +10,7 @@ from django.conf import settings
 from deliveries.models import Delivery
 from drones.services import seed_fleet
 from harness.rabbitmq_cluster import quorum_queue
-from outbox.models import DeadLetter, OutboxMessage
+from tests.e2e.fault_ledger import delivered_once_each, median_and_max
 from tests.factories import BASE, Customer, delivery_request
 from tests.processes import MANAGE
 from tests.waiting import wait_until
@@ -91,16 +90,7 @@ def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is
         for log in logs.values():
             log.close()
 
-    assert not DeadLetter.objects.exists()
-    assert Delivery.objects.filter(status="delivered").count() == 30
-    completed = OutboxMessage.objects.filter(type="delivery.completed").values_list("correlation_id", flat=True)
-    assert len(completed) == len(set(completed)) == 30  # each delivery completed once: nothing applied twice
-    took = [(d.updated_at - d.created_at).total_seconds() for d in Delivery.objects.order_by("created_at")]
-    reference, stopped, killed_phase = took[:10], took[10:20], took[20:]
-    print(
-        "\n[cluster] request -> delivered, s (median / max): "
-        f"no fault {statistics.median(reference):.1f} / {max(reference):.1f}; "
-        f"leader stopped {statistics.median(stopped):.1f} / {max(stopped):.1f}; "
-        f"node killed {statistics.median(killed_phase):.1f} / {max(killed_phase):.1f}"
-    )
+    took = delivered_once_each(30)
+    phases = {"no fault": took[:10], "leader stopped": took[10:20], "node killed": took[20:]}
+    print(f"\n[cluster] request -> delivered, s (median / max): {median_and_max(phases)}")
     assert max(took) <= BOUND_SECONDS

@@ -6,7 +6,6 @@ host 1 held, once those leases have run out; nothing is lost or applied twice; h
 itself. The web tier is the test process. Each process logs to tmp_path (h1-relay.log, ...), and
 timeline.log records when each step happened."""
 
-import statistics
 import threading
 import time
 from datetime import timedelta
@@ -19,7 +18,8 @@ from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.services import seed_fleet
-from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage
+from outbox.models import Heartbeat, InboxMessage, OutboxMessage
+from tests.e2e.fault_ledger import delivered_once_each, median_and_max
 from tests.factories import BASE, Customer, delivery_request
 from tests.network_hosts import NetworkHosts, can_make_hosts
 from tests.processes import MANAGE
@@ -209,18 +209,11 @@ def test_a_host_cut_off_while_busy_is_taken_over_by_the_other_and_rejoins_by_its
         )
 
     assert not hosts.leftovers(), "a namespace or veth outlived the test"
-    assert not DeadLetter.objects.exists()
-    assert Delivery.objects.filter(status="delivered").count() == 30
-    completed = OutboxMessage.objects.filter(type="delivery.completed").values_list("correlation_id", flat=True)
-    assert len(completed) == len(set(completed)) == 30  # each delivery completed once: nothing applied twice
-    took = [(d.updated_at - d.created_at).total_seconds() for d in Delivery.objects.order_by("created_at")]
-    reference, cut_off, back = took[:10], took[10:20], took[20:]
+    took = delivered_once_each(30)
+    phases = {"no fault": took[:10], "host 1 cut off": took[10:20], "host 1 back": took[20:]}
     duplicates = InboxMessage.objects.aggregate(n=Sum("duplicates"))["n"] or 0
     print(
-        "\n[hosts] request -> delivered, s (median / max): "
-        f"no fault {statistics.median(reference):.1f} / {max(reference):.1f}; "
-        f"host 1 cut off {statistics.median(cut_off):.1f} / {max(cut_off):.1f}; "
-        f"host 1 back {statistics.median(back):.1f} / {max(back):.1f}. "
+        f"\n[hosts] request -> delivered, s (median / max): {median_and_max(phases)}. "
         f"Host 1 cut off for {cut_for:.1f} s, holding {len(held)} leased rows and {unacknowledged} unacknowledged "
         f"messages; after the link came back it beat again in {beating_in:.1f} s and consumed again in "
         f"{consuming_in:.1f} s; {duplicates} duplicate copies absorbed by the inboxes"
