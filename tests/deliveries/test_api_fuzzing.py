@@ -17,7 +17,7 @@ from deliveries.customers import create_customer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "200"))
 SEEDS = [int(seed) for seed in os.environ.get("API_FUZZ_SEEDS", "1").split(",")]
 # Every check schemathesis has, but one: positive_data_acceptance expects a 2xx for any value
 # the schema allows, and the schema cannot state "within 90 days from now" for a date-time, so
