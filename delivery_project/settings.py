@@ -5,10 +5,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from delivery_project import log_format
+from delivery_project import database_url, log_format
 from delivery_project.broker import dramatiq_broker_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -125,21 +124,32 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqli
 DB_POOL_MAX_SIZE = int(os.environ.get("DJANGO_DB_POOL_MAX_SIZE", "4"))
 DB_POOL_TIMEOUT = float(os.environ.get("DJANGO_DB_POOL_TIMEOUT", "10"))
 CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE, conn_health_checks=True)}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_MAX_SIZE > 0:
-    # The pool keeps the connections (Django refuses persistent ones beside it); with
-    # CONN_HEALTH_CHECKS it checks each before handing it out, so one that died with a database
-    # restart is replaced, not used.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        # Which process a connection belongs to, in pg_stat_activity: "manage.py relay_outbox".
-        "application_name": " ".join(Path(arg).name for arg in sys.argv[:2])[:63],
-        "pool": {
+# DATABASE_TRANSACTION_POOLER=1: DATABASE_URL reaches PostgreSQL through a pooler in transaction
+# mode (PgBouncer's pool_mode=transaction, as most managed offerings run it), where consecutive
+# transactions of one connection may run on different server sessions. Nothing may then live in
+# a session: no server-side cursors (Django's iterator() would DECLARE on one and FETCH on
+# another) and no prepared statements (PgBouncer before 1.21 cannot carry them across). The
+# relay's LISTEN needs a session: give it OUTBOX_LISTEN_DATABASE_URL, a direct URL.
+DATABASE_TRANSACTION_POOLER = _flag("DATABASE_TRANSACTION_POOLER", False)
+DATABASES = {"default": database_url.parse(DATABASE_URL)}
+DATABASES["default"].update(CONN_MAX_AGE=CONN_MAX_AGE, CONN_HEALTH_CHECKS=True)
+if DATABASES["default"]["ENGINE"] == database_url.POSTGRESQL:
+    # Which process a connection belongs to, in pg_stat_activity: "manage.py relay_outbox".
+    DATABASES["default"]["OPTIONS"].setdefault("application_name", " ".join(Path(a).name for a in sys.argv[:2])[:63])
+    # Only the statements that ask for it are prepared (publish()'s insert, `prepare=True`): psycopg
+    # counts executions up to the threshold, so one this high prepares nothing on its own.
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None if DATABASE_TRANSACTION_POOLER else 2**31 - 1
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_TRANSACTION_POOLER
+    if DB_POOL_MAX_SIZE > 0:
+        # The pool keeps the connections (Django refuses persistent ones beside it); with
+        # CONN_HEALTH_CHECKS it checks each before handing it out, so one that died with a
+        # database restart is replaced, not used.
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": 1,
             "max_size": DB_POOL_MAX_SIZE,
             "timeout": DB_POOL_TIMEOUT,
-        },
-    }
+        }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     # Web, relay and workers are separate processes on one file: WAL lets readers run beside
@@ -215,7 +225,20 @@ OUTBOX_HEARTBEAT_SECONDS = float(os.environ.get("OUTBOX_HEARTBEAT_SECONDS", "5")
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
-OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOFF_SECONDS", "30"))
+# After a failed round the relay waits 0.5 s, doubling up to this, each wait jittered (half to
+# all of it) so relays that lost the database together do not return together.
+OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOFF_SECONDS", "5"))
+# The relay's LISTEN (outbox/wake_up.py) holds a session: behind a transaction pooler give it a
+# direct URL of its own. Empty: DATABASE_URL's. Every OUTBOX_LISTEN_CHECK_SECONDS the relay sends
+# itself a NOTIFY through DATABASE_URL, the way committed rows announce themselves; unheard, it
+# logs a warning and sets outbox_relay_notify_unheard (it still polls, so only latency is lost).
+OUTBOX_LISTEN_DATABASE_URL = os.environ.get("OUTBOX_LISTEN_DATABASE_URL", "")
+OUTBOX_LISTEN_CONNECTION = (  # its psycopg connect() keywords; a bad URL fails at start
+    database_url.connect_params(OUTBOX_LISTEN_DATABASE_URL, setting="OUTBOX_LISTEN_DATABASE_URL")
+    if OUTBOX_LISTEN_DATABASE_URL
+    else None
+)
+OUTBOX_LISTEN_CHECK_SECONDS = float(os.environ.get("OUTBOX_LISTEN_CHECK_SECONDS", "60"))
 # A row that fails to send this many times while the rows around it go through is set aside
 # as a dead letter (`unsendable`), one per subscriber it had not reached.
 OUTBOX_RELAY_MAX_SEND_ATTEMPTS = int(os.environ.get("OUTBOX_RELAY_MAX_SEND_ATTEMPTS", "5"))

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
+from delivery_project import database_url
 from delivery_project.broker import amqp_parameters, broker_urls
 from outbox.subscriptions import routing_table
 
@@ -71,8 +72,7 @@ def _use_database(name: str) -> str:
     db = connection.settings_dict
     db["NAME"] = name
     connection.close()
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
+    return database_url.url_of(db)  # its hosts and every option kept
 
 
 def delete_queues(prefix: str) -> None:

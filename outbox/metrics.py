@@ -37,6 +37,12 @@ QUEUE_UNAVAILABLE = Gauge(
     ["queue"],
     multiprocess_mode="max",
 )
+NOTIFY_UNHEARD = Gauge(
+    "outbox_relay_notify_unheard",
+    "1 while a relay's LISTEN does not hear the NOTIFY it sends itself through DATABASE_URL "
+    "(behind a transaction pooler without OUTBOX_LISTEN_DATABASE_URL): it wakes only by polling",
+    multiprocess_mode="max",
+)
 HANDLER_SECONDS = Histogram(
     "outbox_handler_seconds",
     "Time from taking a message to its outcome (inbox check, handler and commit), by subscriber and event type",

@@ -17,6 +17,7 @@ once, the row waits a few seconds uncounted and is sent again, and the other que
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import Counter
@@ -398,7 +399,7 @@ class Relay:
                         logger.warning("relay paused, will retry with backoff: %s", error, exc_info=not expected)
                     self.failed_rounds += 1
                     close_old_connections()
-                    stop.wait(backoff)
+                    stop.wait(random.uniform(backoff / 2, backoff))  # jittered: relays do not return in step
                     backoff = min(backoff * 2, settings.OUTBOX_RELAY_MAX_BACKOFF_SECONDS)
                     continue
                 if outage_since is not None:

@@ -9,11 +9,15 @@ OUTBOX_RELAY_POLL_SECONDS stays the fallback, so a lost wake-up costs latency, n
 import logging
 import threading
 import time
+import uuid
 
 import dramatiq
 import psycopg
 import redis
-from django.db import connection
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from outbox.metrics import NOTIFY_UNHEARD
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +51,34 @@ class Poll:
 class ListenForNotify(Poll):
     """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout.
 
-    After a database restart it listens again on a new connection; until that succeeds it
-    polls.
+    LISTEN belongs to a session, so it runs on a connection of its own, to
+    OUTBOX_LISTEN_DATABASE_URL when set: through a pooler in transaction mode the LISTEN would
+    run on whichever server connection the pooler picked, and the NOTIFYs would arrive there,
+    never here. Every OUTBOX_LISTEN_CHECK_SECONDS it NOTIFYs itself through the main connection,
+    the way committed rows do; a probe unheard for PROBE_DEADLINE_SECONDS means wake-ups are not
+    arriving, which it says in the log and in outbox_relay_notify_unheard (polling goes on).
+    After a database restart it listens again on a new connection; until that succeeds it polls.
     """
+
+    PROBE_DEADLINE_SECONDS = 5.0
 
     def __init__(self, stop: threading.Event):
         super().__init__(stop)
+        self.probe_payload = f"probe:{uuid.uuid4().hex}"
+        self.probe_sent_at: float | None = None  # a probe awaiting its echo
+        self.next_probe_at = 0.0
+        self.unheard = False
         self.conn = self._listen()
 
     @staticmethod
     def _listen() -> psycopg.Connection:
-        params = connection.get_connection_params()
-        for key in ("cursor_factory", "context", "prepare_threshold"):  # Django's own, not psycopg's
-            params.pop(key, None)
-        conn = psycopg.connect(**params, autocommit=True, connect_timeout=5)
+        if settings.OUTBOX_LISTEN_CONNECTION:  # psycopg connect() keywords of OUTBOX_LISTEN_DATABASE_URL
+            params = dict(settings.OUTBOX_LISTEN_CONNECTION)
+        else:
+            params = connection.get_connection_params()
+            for key in ("cursor_factory", "context", "prepare_threshold"):  # Django's own, not psycopg's
+                params.pop(key, None)
+        conn = psycopg.connect(**{"connect_timeout": 5, **params}, autocommit=True)
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
 
@@ -69,12 +87,45 @@ class ListenForNotify(Poll):
         try:
             if self.conn.closed:
                 self.conn = self._listen()
+            self._probe_if_due()
             while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
-                for _ in self.conn.notifies(timeout=min(left, 0.5), stop_after=1):
-                    return
-        except psycopg.Error:
+                for notify in self.conn.notifies(timeout=min(left, 0.5), stop_after=1):
+                    if notify.payload != self.probe_payload:
+                        return
+                    self._heard()
+                self._overdue()
+        except (psycopg.Error, DatabaseError):
             self.conn.close()
             super().__call__(max(0.0, deadline - time.monotonic()))
+
+    def _probe_if_due(self) -> None:
+        now = time.monotonic()
+        if self.probe_sent_at is None and now >= self.next_probe_at:
+            with connection.cursor() as cursor:  # the way publish()'s rows reach the server
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, self.probe_payload])
+            self.probe_sent_at, self.next_probe_at = now, now + settings.OUTBOX_LISTEN_CHECK_SECONDS
+
+    def _heard(self) -> None:
+        self.probe_sent_at = None
+        if self.unheard:
+            logger.warning("relay wake-ups work again: its LISTEN hears NOTIFY")
+            self.unheard = False
+            NOTIFY_UNHEARD.set(0)
+
+    def _overdue(self) -> None:
+        if self.unheard or self.probe_sent_at is None:
+            return
+        if time.monotonic() - self.probe_sent_at > self.PROBE_DEADLINE_SECONDS:
+            self.unheard = True
+            NOTIFY_UNHEARD.set(1)
+            logger.warning(
+                "relay wake-ups lost: a NOTIFY sent through DATABASE_URL was not heard on its LISTEN "
+                "connection in %.0f s; it polls every %s s instead. Behind a pooler in transaction mode, "
+                "set OUTBOX_LISTEN_DATABASE_URL to a direct URL",
+                self.PROBE_DEADLINE_SECONDS,
+                settings.OUTBOX_RELAY_POLL_SECONDS,
+            )
+            self.probe_sent_at = None  # the next probe, at its time, tells when it works again
 
     def close(self) -> None:
         self.conn.close()

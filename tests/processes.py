@@ -10,6 +10,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from delivery_project import database_url
 from tests.factories import delivery_request
 
 MANAGE = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
@@ -17,11 +18,7 @@ MANAGE = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
 
 def test_database_url() -> str:
     """The URL of pytest-django's throwaway database, for the subprocesses."""
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    return database_url.url_of(connection.settings_dict)  # its hosts and every option kept
 
 
 test_database_url.__test__ = False

@@ -113,3 +113,20 @@ def test_an_event_over_the_size_bound_is_refused_before_anything_is_written(sett
     with transaction.atomic():  # below the bound: written, and first in its stream
         row = publish(ProbePinged(n=1, fail={"probe_a": "x" * 100}), stream="ping:1")
     assert row.sequence == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_publish_prepares_its_insert_unless_a_transaction_pooler_is_between(settings):
+    from django.db import connection
+
+    ping(n=1)
+    ping(n=2)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [statement for (statement,) in cursor.fetchall()]
+    if settings.DATABASE_TRANSACTION_POOLER:
+        # PgBouncer before 1.21 cannot carry a prepared statement from one transaction to the next.
+        assert prepared == []
+    else:  # the outbox insert, once per connection; nothing else reaches psycopg's threshold
+        assert len(prepared) == 1 and "WITH numbered AS" in prepared[0], prepared

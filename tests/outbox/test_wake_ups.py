@@ -1,0 +1,73 @@
+"""The relay's LISTEN: on a connection of its own, and it says so when NOTIFYs stop reaching it."""
+
+import logging
+import threading
+
+import pytest
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from outbox import wake_up
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _unheard() -> float | None:
+    return REGISTRY.get_sample_value("outbox_relay_notify_unheard")
+
+
+def _listen_params(**changes) -> dict:
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    return {**params, **changes}
+
+
+def _listening(application_name: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT query FROM pg_stat_activity WHERE application_name = %s", [application_name])
+        return [query for (query,) in cursor.fetchall()]
+
+
+def test_a_listen_that_hears_no_notify_is_reported_and_recovers(settings, monkeypatch, caplog):
+    # LISTEN in another database of the same server hears nothing of this one's NOTIFYs: deaf the
+    # way a LISTEN through PgBouncer's transaction pool is (tests/e2e/test_pgbouncer.py shows that one).
+    settings.OUTBOX_LISTEN_CONNECTION = _listen_params(dbname="postgres", application_name="deaf-listen")
+    settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
+    monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 0.5)
+    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    waiter = wake_up.ListenForNotify(threading.Event())
+    try:
+        assert _listening("deaf-listen") == [f"LISTEN {wake_up.NOTIFY_CHANNEL}"]  # its own connection
+        wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=10, what="the warning")
+        assert "OUTBOX_LISTEN_DATABASE_URL" in caplog.text
+        assert _unheard() == 1
+
+        settings.OUTBOX_LISTEN_CONNECTION = None  # the operator points it right; it listens anew
+        waiter.conn.close()
+        wait_until(lambda: waiter(0.2) or _unheard() == 0, timeout=10, what="the probe to be heard")
+        assert "relay wake-ups work again" in caplog.text
+    finally:
+        waiter.close()
+
+
+def test_a_listen_that_hears_says_nothing_and_still_wakes_on_each_row(settings, caplog):
+    settings.OUTBOX_LISTEN_CONNECTION = _listen_params(application_name="good-listen")
+    settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.1
+    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    waiter = wake_up.ListenForNotify(threading.Event())
+    try:
+        for _ in range(10):  # its probes, heard and not taken for rows
+            waiter(0.2)
+        assert not waiter.unheard
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [wake_up.NOTIFY_CHANNEL])  # what a committed row sends
+        woke = threading.Event()
+        waiting = threading.Thread(target=lambda: (waiter(30), woke.set()))
+        waiting.start()
+        waiting.join(10)
+        assert woke.is_set(), "a NOTIFY did not wake it"
+        assert "wake-ups lost" not in caplog.text and _unheard() in (None, 0)
+    finally:
+        waiter.close()
