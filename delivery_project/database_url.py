@@ -65,7 +65,8 @@ def connect_params(url: str, *, setting: str) -> dict:
 
 def url_of(entry: dict, **changes) -> str:
     """The URL of a DATABASES entry, options included, with `changes` (e.g. `NAME=...`) applied:
-    what another process needs to reach the same database the same way."""
+    what another process needs to reach the same database the same way. Give it `parse(DATABASE_URL)`,
+    not the live settings entry, whose OPTIONS also hold this process's defaults (application_name)."""
     entry = {**entry, **changes}
     if entry["ENGINE"] != POSTGRESQL:
         return f"sqlite:///{entry['NAME']}"

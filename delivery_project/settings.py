@@ -119,10 +119,12 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqli
 # On PostgreSQL every process draws its connections from a psycopg pool of its own, so the
 # total is bounded by (web processes + relays + worker processes) x DJANGO_DB_POOL_MAX_SIZE
 # (+1 LISTEN connection per relay), whatever the number of threads: a request or a message
-# waits up to DJANGO_DB_POOL_TIMEOUT seconds for a free connection, then gets a 503.
+# waits up to DJANGO_DB_POOL_TIMEOUT seconds for a free connection, then gets a 503: short, so
+# that while no primary answers (a failover) a client learns it in seconds and retries with its
+# Idempotency-Key, rather than holding a thread while others queue behind it.
 # DJANGO_DB_POOL_MAX_SIZE=0 turns the pool off; DJANGO_CONN_MAX_AGE then keeps connections.
 DB_POOL_MAX_SIZE = int(os.environ.get("DJANGO_DB_POOL_MAX_SIZE", "4"))
-DB_POOL_TIMEOUT = float(os.environ.get("DJANGO_DB_POOL_TIMEOUT", "10"))
+DB_POOL_TIMEOUT = float(os.environ.get("DJANGO_DB_POOL_TIMEOUT", "3"))
 CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
 # DATABASE_TRANSACTION_POOLER=1: DATABASE_URL reaches PostgreSQL through a pooler in transaction
 # mode (PgBouncer's pool_mode=transaction, as most managed offerings run it), where consecutive
@@ -136,10 +138,18 @@ DATABASES["default"].update(CONN_MAX_AGE=CONN_MAX_AGE, CONN_HEALTH_CHECKS=True)
 if DATABASES["default"]["ENGINE"] == database_url.POSTGRESQL:
     # Which process a connection belongs to, in pg_stat_activity: "manage.py relay_outbox".
     DATABASES["default"]["OPTIONS"].setdefault("application_name", " ".join(Path(a).name for a in sys.argv[:2])[:63])
+    # libpq waits for ever on a host that drops packets; tried in turn, a dead host of several costs this.
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", "5")
     # Only the statements that ask for it are prepared (publish()'s insert, `prepare=True`): psycopg
     # counts executions up to the threshold, so one this high prepares nothing on its own.
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None if DATABASE_TRANSACTION_POOLER else 2**31 - 1
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_TRANSACTION_POOLER
+    if DATABASE_TRANSACTION_POOLER and "options" in DATABASES["default"]["OPTIONS"]:
+        # A startup parameter: PgBouncer refuses it or drops it, and its session is not ours anyway.
+        raise ImproperlyConfigured(
+            "DATABASE_URL: options=... cannot be honoured through a transaction pooler; set them on the "
+            "role (ALTER ROLE ... SET) or the database instead"
+        )
     if DB_POOL_MAX_SIZE > 0:
         # The pool keeps the connections (Django refuses persistent ones beside it); with
         # CONN_HEALTH_CHECKS it checks each before handing it out, so one that died with a

@@ -28,7 +28,11 @@ class Scratch:
 
     def env(self) -> dict[str, str]:
         """The environment of a process that is to work in this run's database and queues."""
-        return {**os.environ, "DATABASE_URL": self.database_url, "OUTBOX_QUEUE_PREFIX": self.queue_prefix}
+        env = {**os.environ, "DATABASE_URL": self.database_url, "OUTBOX_QUEUE_PREFIX": self.queue_prefix}
+        if settings.OUTBOX_LISTEN_DATABASE_URL:  # the relays' direct LISTEN, to this run's database too
+            listen = database_url.parse(settings.OUTBOX_LISTEN_DATABASE_URL)
+            env["OUTBOX_LISTEN_DATABASE_URL"] = database_url.url_of(listen, NAME=self.database)
+        return env
 
 
 @contextlib.contextmanager
@@ -72,7 +76,7 @@ def _use_database(name: str) -> str:
     db = connection.settings_dict
     db["NAME"] = name
     connection.close()
-    return database_url.url_of(db)  # its hosts and every option kept
+    return database_url.url_of(database_url.parse(settings.DATABASE_URL), NAME=name)  # every option kept
 
 
 def delete_queues(prefix: str) -> None:

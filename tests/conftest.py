@@ -13,7 +13,7 @@ from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
 from tests.choreography import Choreography
 from tests.factories import BASE, Customer
-from tests.processes import test_database_url
+from tests.processes import listen_url_env, test_database_url
 
 RUNNING_IN_CI = os.environ.get("CI") == "true"
 
@@ -43,6 +43,21 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.ensure_newline()
         reporter.write_line(f"CI=true: {len(skipped)} skipped test(s) fail the run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's throwaway database; behind `./dev test-pgbouncer`, PgBouncer's idle server
+    connections to it are closed first, or Django could not drop it (harness/through_pgbouncer.py)."""
+    yield
+    if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
+        from harness.postgres_servers import PgBouncer
+
+        with django_db_blocker.unblock():
+            connection.close()
+            if getattr(connection, "pool", None):
+                connection.close_pool()
+        PgBouncer(port=int(port)).close_server_connections(connection.settings_dict["NAME"])
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +133,7 @@ def env(transactional_db, broker):
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": test_database_url(),
+        **listen_url_env(connection.settings_dict["NAME"]),
         "STARTED_BY_TESTS": "1",
     }
 
@@ -156,3 +172,40 @@ def rabbitmq_cluster(tmp_path_factory):
         groups = [cluster.pid(i) for i in range(cluster.size)]
     assert not any(processes_in_group(group) for group in groups if group), "a node outlived the rig"
     assert epmd_names(cluster.epmd_port) is None, "the rig's epmd outlived the rig"
+
+
+@pytest.fixture(scope="session")
+def postgres_pair():
+    """A PostgreSQL primary with a streaming replica of the tests' own (harness/postgres_servers.py),
+    beside the system server, for the whole session; both servers and their directory are gone at
+    the end. Tests that stop or promote a server start a pair of their own instead."""
+    from harness.postgres_servers import PG_BIN, PostgresPrimaryWithReplica
+    from harness.rig_processes import port_open
+
+    if not (PG_BIN / "postgres").exists():
+        pytest.skip(f"needs PostgreSQL's binaries in {PG_BIN}")
+    with PostgresPrimaryWithReplica() as pair:
+        yield pair
+        assert all(pair.group_pids(role) for role in pair.ROLES), "a server stopped during the session"
+    # group_pids: the postmaster's group and its children (each leads a group of its own).
+    assert not any(pair.group_pids(role) for role in pair.ROLES), "a server outlived the rig"
+    assert not port_open(pair.primary_port) and not port_open(pair.replica_port), "a port outlived the rig"
+    assert not pair.base_dir.exists(), "the rig's directory outlived it"
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup):
+    """A PgBouncer of the tests' own in transaction mode in front of the system server (5432), for
+    the whole session; its process and directory are gone at the end, before the throwaway
+    database is dropped (its server connections would keep it)."""
+    from harness.postgres_servers import PGBOUNCER, PgBouncer
+    from harness.rig_processes import port_open
+
+    if not PGBOUNCER.exists():
+        pytest.skip(f"needs PgBouncer at {PGBOUNCER}")
+    with PgBouncer(upstream_port=5432, pool_mode="transaction") as bouncer:
+        yield bouncer
+        assert bouncer.group_pids(), "PgBouncer stopped during the session"
+    assert not bouncer.group_pids(), "PgBouncer outlived the rig"
+    assert not port_open(bouncer.port), "PgBouncer's port outlived the rig"
+    assert not bouncer.base_dir.exists(), "the rig's directory outlived it"

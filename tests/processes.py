@@ -2,6 +2,7 @@
 
 import json
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -18,16 +19,65 @@ MANAGE = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
 
 def test_database_url() -> str:
     """The URL of pytest-django's throwaway database, for the subprocesses."""
-    return database_url.url_of(connection.settings_dict)  # its hosts and every option kept
+    # DATABASE_URL as the operator wrote it (hosts, every option), pointed at the throwaway database.
+    return database_url.url_of(database_url.parse(settings.DATABASE_URL), NAME=connection.settings_dict["NAME"])
 
 
 test_database_url.__test__ = False
+
+
+def listen_url_env(database: str) -> dict[str, str]:
+    """OUTBOX_LISTEN_DATABASE_URL pointed at `database` too, when it is set (behind PgBouncer)."""
+    if not settings.OUTBOX_LISTEN_DATABASE_URL:
+        return {}
+    return {
+        "OUTBOX_LISTEN_DATABASE_URL": database_url.url_of(
+            database_url.parse(settings.OUTBOX_LISTEN_DATABASE_URL), NAME=database
+        )
+    }
 
 
 def a_free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def started(env: dict, *command: str, log: Path | None = None) -> subprocess.Popen:
+    """`manage.py <command>` with `env`, its output to `log` (never an unread pipe: per-message INFO
+    lines fill one), or nowhere."""
+    if log is None:
+        return subprocess.Popen([*MANAGE, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log, "ab") as out:
+        return subprocess.Popen([*MANAGE, *command], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def post(url: str, token: str, body: dict, key: str, timeout: float = 30) -> tuple[int, dict, dict | str]:
+    """POST `body` as JSON with an Idempotency-Key: (status, headers, the JSON body or the text)."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        text = error.read().decode(errors="replace")
+        is_json = "json" in (error.headers["Content-Type"] or "")
+        return error.code, dict(error.headers), json.loads(text) if is_json else text
+
+
+def web_server_up(url: str) -> bool:
+    """Something answers HTTP at `url` (a 401 or 405 included)."""
+    try:
+        urllib.request.urlopen(url, timeout=5)
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def answers(url: str, token: str | None = None) -> int | None:

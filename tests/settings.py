@@ -24,6 +24,9 @@ else:
         DATABASES["default"]["CONN_MAX_AGE"] = CONN_MAX_AGE
     # A throwaway database of this run's own: two runs on one server never meet.
     DATABASES["default"]["TEST"] = {"NAME": f"{DATABASES['default']['NAME']}_{RUN_ID}"}
+    if OUTBOX_LISTEN_CONNECTION and os.environ.get("STARTED_BY_TESTS") != "1":  # noqa: F405
+        # The relays the tests run in threads listen (directly, bypassing a pooler) there too.
+        OUTBOX_LISTEN_CONNECTION = {**OUTBOX_LISTEN_CONNECTION, "dbname": DATABASES["default"]["TEST"]["NAME"]}  # noqa: F405
 
 OUTBOX_MAX_RETRIES = 3
 OUTBOX_MIN_BACKOFF_MS = 20

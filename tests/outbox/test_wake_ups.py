@@ -4,6 +4,7 @@ import logging
 import threading
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from prometheus_client import REGISTRY
 
@@ -18,6 +19,9 @@ def _unheard() -> float | None:
 
 
 def _listen_params(**changes) -> dict:
+    """Where the relay listens: direct to the server (OUTBOX_LISTEN_CONNECTION under test-pgbouncer)."""
+    if settings.OUTBOX_LISTEN_CONNECTION:
+        return {**settings.OUTBOX_LISTEN_CONNECTION, **changes}
     params = connection.get_connection_params()
     for key in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(key, None)
@@ -33,6 +37,7 @@ def _listening(application_name: str) -> list[str]:
 def test_a_listen_that_hears_no_notify_is_reported_and_recovers(settings, monkeypatch, caplog):
     # LISTEN in another database of the same server hears nothing of this one's NOTIFYs: deaf the
     # way a LISTEN through PgBouncer's transaction pool is (tests/e2e/test_pgbouncer.py shows that one).
+    direct = settings.OUTBOX_LISTEN_CONNECTION  # None, or under ./dev test-pgbouncer the URL around it
     settings.OUTBOX_LISTEN_CONNECTION = _listen_params(dbname="postgres", application_name="deaf-listen")
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
     monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 0.5)
@@ -44,7 +49,7 @@ def test_a_listen_that_hears_no_notify_is_reported_and_recovers(settings, monkey
         assert "OUTBOX_LISTEN_DATABASE_URL" in caplog.text
         assert _unheard() == 1
 
-        settings.OUTBOX_LISTEN_CONNECTION = None  # the operator points it right; it listens anew
+        settings.OUTBOX_LISTEN_CONNECTION = direct  # the operator points it right; it listens anew
         waiter.conn.close()
         wait_until(lambda: waiter(0.2) or _unheard() == 0, timeout=10, what="the probe to be heard")
         assert "relay wake-ups work again" in caplog.text

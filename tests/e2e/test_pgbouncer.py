@@ -1,0 +1,99 @@
+"""Through PgBouncer in transaction mode: what breaks without DATABASE_TRANSACTION_POOLER, and
+that the relay's LISTEN must bypass it (and says so when it does not)."""
+
+import json
+import logging
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+
+from delivery_project import database_url
+from outbox import wake_up
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+# Eight threads of one process, each reading a table with Django's iterator() (a server-side
+# cursor: DECLARE, then FETCHes, outside any transaction) as the admin's changelists and the
+# retention sweep do; what failed, with the first error.
+_ITERATE = """
+import json, threading, django
+django.setup()
+from django.contrib.auth.models import User
+from django.db import connection
+failures, errors = [], []
+def read():
+    for _ in range(5):
+        try:
+            assert len(list(User.objects.order_by("id").iterator(chunk_size=2))) >= 40
+        except Exception as error:
+            failures.append(1); errors.append(f"{type(error).__name__}: {error}")
+    connection.close()
+threads = [threading.Thread(target=read) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(json.dumps({"failures": len(failures), "first": errors[:1]}))
+"""
+
+
+def _iterate_through(bouncer, env: dict, pooler_setting: str) -> dict:
+    through = database_url.url_of(connection.settings_dict, HOST="127.0.0.1", PORT=str(bouncer.port))
+    child_env = {**env, "DATABASE_URL": through, "DATABASE_TRANSACTION_POOLER": pooler_setting}
+    done = subprocess.run(
+        [sys.executable, "-c", _ITERATE], env=child_env, cwd=Path(settings.BASE_DIR), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_server_side_cursors_break_through_pgbouncer_unless_the_pooler_setting_turns_them_off(pgbouncer, env):
+    User.objects.bulk_create(User(username=f"user{n}") for n in range(40))
+    assert _iterate_through(pgbouncer, env, "1") == {"failures": 0, "first": []}
+    broken = _iterate_through(pgbouncer, env, "0")  # the proof that the first run went through PgBouncer
+    assert broken["failures"] > 0 and "does not exist" in broken["first"][0], broken
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listen_through_pgbouncer_hears_nothing_and_the_relay_says_so(pgbouncer, settings, monkeypatch, caplog):
+    server = connection.get_connection_params()
+    settings.OUTBOX_LISTEN_CONNECTION = {
+        "host": "127.0.0.1", "port": pgbouncer.port, "user": server["user"], "dbname": server["dbname"],
+    }  # fmt: skip
+    settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
+    monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 1.0)
+    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    waiter = wake_up.ListenForNotify(threading.Event())
+    try:
+        wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=15, what="the warning")
+    finally:
+        waiter.close()
+    assert "got packet 'A' from server when not linked" in pgbouncer.log_text()  # where the NOTIFYs went
+
+
+SHIPPED = ["deliveries", "drones", "packages", "notifications", "outbox", "delivery_project"]
+SESSION_STATE = re.compile(  # SQL as the code writes it: capitals, a statement opening a string
+    r"pg_(try_)?advisory_lock(_shared)?\(|[\"']\s*SET (SESSION )?(?!LOCAL)[a-z_.]+|\bWITH HOLD\b|[\"']\s*LISTEN "
+)
+
+
+def test_nothing_that_ships_keeps_state_in_a_database_session():
+    """Through a transaction pooler the next transaction may run on another session: locks are
+    transaction-scoped (`pg_advisory_xact_lock`), settings `SET LOCAL`, and the one LISTEN is the
+    relay's, on a connection of its own (outbox/wake_up.py)."""
+    base = Path(settings.BASE_DIR)
+    found, advisory = [], 0
+    for source in (path for app in SHIPPED for path in (base / app).rglob("*.py") if "migrations" not in path.parts):
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            advisory += "advisory_xact_lock" in code
+            if SESSION_STATE.search(code) and not (source.name == "wake_up.py" and "LISTEN {" in code):
+                found.append(f"{source.relative_to(base)}:{number}: {line.strip()}")
+    assert advisory >= 4  # the scheduler's line, the sweep's pages, idempotency keys, notify-me
+    assert found == []
