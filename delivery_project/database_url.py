@@ -17,7 +17,7 @@ import psycopg
 from django.core.exceptions import ImproperlyConfigured
 from psycopg.conninfo import conninfo_to_dict
 
-POSTGRESQL = "django.db.backends.postgresql"
+POSTGRESQL = "delivery_project.postgresql"  # Django's, with a pool that fails fast while unreachable
 POSTGRESQL_SCHEMES = ("postgres", "postgresql")
 # OPTIONS that are Django's or psycopg's own, not libpq connection parameters.
 NOT_LIBPQ = ("pool", "isolation_level", "server_side_binding", "assume_role", "prepare_threshold", "cursor_factory")

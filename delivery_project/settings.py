@@ -125,6 +125,11 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqli
 # DJANGO_DB_POOL_MAX_SIZE=0 turns the pool off; DJANGO_CONN_MAX_AGE then keeps connections.
 DB_POOL_MAX_SIZE = int(os.environ.get("DJANGO_DB_POOL_MAX_SIZE", "4"))
 DB_POOL_TIMEOUT = float(os.environ.get("DJANGO_DB_POOL_TIMEOUT", "3"))
+# While the pool's latest connection attempts have all failed, a caller waits only this long
+# (delivery_project/postgresql/base.py), and the pool retries within DB_POOL_RECONNECT_SECONDS
+# (psycopg's default backs off for up to 5 minutes: after an outage of T s, up to T s more).
+DB_POOL_UNREACHABLE_TIMEOUT = float(os.environ.get("DJANGO_DB_UNREACHABLE_TIMEOUT", "0.5"))
+DB_POOL_RECONNECT_SECONDS = 5.0
 CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
 # DATABASE_TRANSACTION_POOLER=1: DATABASE_URL reaches PostgreSQL through a pooler in transaction
 # mode (PgBouncer's pool_mode=transaction, as most managed offerings run it), where consecutive
@@ -159,6 +164,7 @@ if DATABASES["default"]["ENGINE"] == database_url.POSTGRESQL:
             "min_size": 1,
             "max_size": DB_POOL_MAX_SIZE,
             "timeout": DB_POOL_TIMEOUT,
+            "reconnect_timeout": DB_POOL_RECONNECT_SECONDS,
         }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)

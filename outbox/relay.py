@@ -88,6 +88,7 @@ class Relay:
         self.last_success: float | None = None
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
+        self.unreleased: list[OutboxMessage] = []  # claims not given back: the database had gone
         self.next_beat = 0.0  # monotonic time of the next heartbeat
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
         self.queues_down: dict[str, tuple[float, float]] = {}  # queue -> (down since, next wait)
@@ -114,6 +115,7 @@ class Relay:
 
     def drain(self, stop: threading.Event | None = None) -> int:
         """Relay until nothing is due and nothing is in flight."""
+        self._release([])  # those an earlier round could not give back
         if self.publisher is not None:
             return self._stream(stop)
         total = 0
@@ -311,7 +313,19 @@ class Relay:
         leases.mark_published(rows)
 
     def _release(self, rows: list[OutboxMessage]) -> None:
-        leases.release(rows)
+        """Give back claims of rows not sent. When the database went away meanwhile (a failover),
+        they are kept and given back at the start of the next round that reaches it, rather
+        than left under lease for OUTBOX_RELAY_LEASE_SECONDS."""
+        pending = [*self.unreleased, *rows]
+        if not pending:
+            return
+        try:
+            leases.release(pending)
+        except DatabaseError as error:
+            self.unreleased = pending
+            logger.debug("%d claimed rows not given back yet: %s", len(pending), error)
+        else:
+            self.unreleased = []
 
     def seconds_until_next_due(self) -> float | None:
         return leases.seconds_until_next_due()

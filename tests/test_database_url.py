@@ -146,3 +146,87 @@ def test_sslmode_require_is_not_dropped_when_the_server_has_no_ssl(pool_size):
     )
     assert refused.returncode != 0
     assert "SSL" in refused.stderr, refused.stderr[-2000:]
+
+
+_SETTINGS = """
+import json
+from django.conf import settings
+db = settings.DATABASES["default"]
+print(json.dumps({"cursors_off": db["DISABLE_SERVER_SIDE_CURSORS"], "prepare": db["OPTIONS"]["prepare_threshold"]}))
+"""
+
+
+def _settings_with(**env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _SETTINGS],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings", **env},
+        cwd=Path(settings.BASE_DIR), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_behind_a_transaction_pooler_nothing_lives_in_a_session():
+    url = "postgres://app@pgbouncer.internal:6432/deliveries"
+    direct = json.loads(_settings_with(DATABASE_URL=url).stdout)
+    pooled = json.loads(_settings_with(DATABASE_URL=url, DATABASE_TRANSACTION_POOLER="1").stdout)
+    assert direct == {"cursors_off": False, "prepare": 2**31 - 1}  # publish()'s prepare=True only
+    assert pooled == {"cursors_off": True, "prepare": None}
+    refused = _settings_with(DATABASE_URL=f"{url}?options=-c%20statement_timeout%3D5s", DATABASE_TRANSACTION_POOLER="1")
+    assert refused.returncode != 0 and "options=... cannot be honoured through a transaction pooler" in refused.stderr
+
+
+# One process's pool, asked for a connection while its server is away, then back, then away again.
+_ATTEMPTS = """
+import json, sys, django
+django.setup()
+from django.db import connection
+def attempt():
+    try:
+        connection.ensure_connection()
+        return "ok"
+    except Exception as error:
+        return str(error)
+    finally:
+        connection.close()
+print(json.dumps([attempt(), attempt()]), flush=True)
+sys.stdin.readline()  # the server is reachable again
+seen = []
+while "ok" not in seen and len(seen) < 40:  # the pool retries in the background, within 5 s
+    seen.append(attempt())
+print(json.dumps(seen), flush=True)
+sys.stdin.readline()  # unreachable again
+print(json.dumps([attempt(), attempt()]), flush=True)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.postgres
+def test_while_its_attempts_fail_the_pool_answers_in_half_a_second_not_its_timeout():
+    from tests.tcp_proxy import TcpProxy
+
+    server = settings.DATABASES["default"]
+    proxy = TcpProxy(server["HOST"] or "127.0.0.1", int(server["PORT"] or 5432))  # down: connections refused
+    url = database_url.url_of(database_url.parse(settings.DATABASE_URL), HOST="127.0.0.1", PORT=str(proxy.port))
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
+    env.update(DJANGO_DB_POOL_MAX_SIZE="2", DJANGO_DB_POOL_TIMEOUT="3")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ATTEMPTS], env=env, cwd=Path(settings.BASE_DIR), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        first, then = json.loads(child.stdout.readline())
+        assert "after 3.00 sec" in first  # nothing known yet: the whole timeout
+        assert "after 0.50 sec" in then  # its attempts are refused: answered at once
+        proxy.up()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        back = json.loads(child.stdout.readline())
+        assert back[-1] == "ok" and all("after 0.50 sec" in seen for seen in back[:-1]), back
+        proxy.down()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        first, then = json.loads(child.stdout.readline())
+        assert "after 3.00 sec" in first and "after 0.50 sec" in then  # a success restored the timeout
+    finally:
+        proxy.down()
+        child.kill()
+        child.wait(10)

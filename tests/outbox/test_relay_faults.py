@@ -4,8 +4,10 @@ import threading
 from contextlib import contextmanager
 
 import dramatiq
+import psycopg
 import pytest
 import redis
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
@@ -201,3 +203,47 @@ def test_a_replay_to_a_subscriber_that_no_longer_exists_is_refused(transactional
 
     assert not OutboxMessage.objects.filter(target_subscriber="probe_gone").exists()
     assert DeadLetter.objects.get(pk=letter.pk).status == "open"
+
+
+class LostWithTheDatabase(FaultyBroker):
+    """Sending fails, and by then the relay's database session is gone too (a primary that died)."""
+
+    def __init__(self, broker: dramatiq.Broker, admin: psycopg.Connection, pid: int):
+        super().__init__(broker)
+        self.admin, self.pid = admin, pid
+
+    def enqueue(self, message, *, delay=None):
+        self.admin.execute("SELECT pg_terminate_backend(%s)", [self.pid])
+        raise redis.exceptions.TimeoutError("cut off")
+
+
+@pytest.mark.postgres
+def test_claims_the_database_lost_with_a_failed_send_are_given_back_at_the_next_round(broker, transactional_db):
+    """A primary that dies mid-round takes the relay's release of its unsent rows with it; on
+    the promoted server they are still claimed. They are given back at the next round, not left
+    for a whole lease."""
+    rows = rows_of([ping(n=n) for n in range(2)])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with psycopg.connect(**_direct_params(), autocommit=True) as admin:
+        relay = Relay(broker=LostWithTheDatabase(broker, admin, pid))
+        with pytest.raises(BrokerUnavailable):
+            relay.relay_batch()
+    assert len(relay.unreleased) == 2
+    close_old_connections()
+    for row in rows:
+        row.refresh_from_db()
+        assert row.claimed_by != "" and row.published_at is None  # still under lease
+
+    relay.broker = broker  # what a relay's broker connection is after reconnecting
+    assert relay.drain() == 2  # given back, then sent: no wait for the 30 s lease
+    assert relay.unreleased == []
+    assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
+
+
+def _direct_params() -> dict:
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    return params
