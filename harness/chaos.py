@@ -6,7 +6,10 @@ drawn from a seeded generator, kills and restarts a relay or a worker (SIGKILL),
 (SIGSTOP for longer than the broker's heartbeat, then SIGCONT) and closes every broker
 connection. With `--rabbitmq-cluster 3` it runs on a RabbitMQ cluster of its own
 (harness/rabbitmq_cluster.py, quorum queues, every node in BROKER_URL) and also stops a node
-(SIGTERM) or kills one (SIGKILL), starting it again after the pause. When the system is quiet it
+(SIGTERM) or kills one (SIGKILL), starting it again after the pause. With `--database-replica` its
+database is on a PostgreSQL primary with a synchronous replica of its own (harness/postgres_servers.py,
+the multi-host URL) and, once, the primary crashes and the replica is promoted (failover_database).
+When the system is quiet it
 checks the ledger (see `Ledger`), prints the verdict and removes its database and queues.
 """
 
@@ -26,7 +29,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from deliveries.models import Delivery
@@ -37,6 +40,8 @@ from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 KINDS = ("kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections")
 CLUSTER_KINDS = ("stop_broker_node", "kill_broker_node")  # only on a cluster of the rig's own
+FAILOVER = "failover_database"  # only on a primary with a replica of the rig's own; once: there is no third server
+FAILOVER_OUTAGE_SECONDS = 3.0  # no primary at all for this long (at most the pause), then the replica is promoted
 TERMINAL = {"delivered", "failed", "cancelled"}
 # The notification each terminal status sends; its presence is the side effect checked.
 NOTIFIED = {"delivered": "completed", "failed": "failed", "cancelled": "cancelled"}
@@ -53,10 +58,17 @@ class Fault:
 
 
 def plan_faults(
-    rng: random.Random, *, duration: float, per_kind: int, broker_is_rabbitmq: bool, cluster_nodes: int = 0
+    rng: random.Random,
+    *,
+    duration: float,
+    per_kind: int,
+    broker_is_rabbitmq: bool,
+    cluster_nodes: int = 0,
+    database_replica: bool = False,
 ) -> list[Fault]:
     """`per_kind` faults of each kind at times spread over the run, on targets drawn at random;
-    with `cluster_nodes`, nodes of the rig's own cluster are stopped and killed too."""
+    with `cluster_nodes`, nodes of the rig's own cluster are stopped and killed too; with
+    `database_replica`, one failover of the database (drawn last: the other faults stay the seed's)."""
     faults = []
     for kind in KINDS + (CLUSTER_KINDS if cluster_nodes else ()):
         if kind == "close_broker_connections" and not broker_is_rabbitmq:
@@ -69,6 +81,8 @@ def plan_faults(
             else:
                 target = f"{kind.split('_')[1]}-{rng.randint(1, 2)}"
             faults.append(Fault(at=round(rng.uniform(1.0, duration), 1), kind=kind, target=target))
+    if database_replica and per_kind:
+        faults.append(Fault(at=round(rng.uniform(1.0, duration), 1), kind=FAILOVER))
     return sorted(faults, key=lambda f: f.at)
 
 
@@ -82,18 +96,15 @@ def with_heartbeat(url: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-def chaos_env(
-    *, database_url: str, queue_prefix: str, speedup: float, broker_urls: list[str] | None = None
-) -> dict[str, str]:
-    """The environment of every process of the run: its own database and queues, a short heartbeat;
-    on the rig's own cluster, every node in BROKER_URL and quorum queues."""
+def chaos_env(*, run_env: dict[str, str], speedup: float, broker_urls: list[str] | None = None) -> dict[str, str]:
+    """The environment of every process of the run: its own database and queues (`run_env`, the
+    scratch run's), a short heartbeat; on the rig's own cluster, every node in BROKER_URL and
+    quorum queues."""
     cluster = {"RABBITMQ_QUEUE_TYPE": "quorum"} if broker_urls else {}
     return {
-        **os.environ,
+        **run_env,
         **cluster,
-        "DATABASE_URL": database_url,
         "BROKER_URL": " ".join(with_heartbeat(url) for url in (broker_urls or [settings.BROKER_URL])),
-        "OUTBOX_QUEUE_PREFIX": queue_prefix,
         "DRONE_SIMULATION_SPEEDUP": str(speedup),
         "DRONE_POSITION_REPORTS": "3",
         "DJANGO_DEBUG": "0",
@@ -191,6 +202,15 @@ def break_broker_node(cluster, fault: Fault, seconds: float, stop: threading.Eve
         cluster.kill_node(node)
     stop.wait(seconds)
     cluster.start_node(node)
+
+
+def fail_over_database(pair, seconds: float, stop: threading.Event) -> str:
+    """Crash the primary (immediate stop), leave no server taking writes for `seconds`, promote the
+    replica; what it took."""
+    stopped = pair.stop_primary("immediate")
+    stop.wait(seconds)
+    promoted = pair.promote()
+    return f"(primary stopped in {stopped:.2f} s, {seconds:.1f} s without one, promoted in {promoted:.2f} s)"
 
 
 @dataclass
@@ -324,16 +344,22 @@ class Recipient(threading.Thread):
     def run(self) -> None:
         try:
             while not (self.stop.is_set() or self.done.wait(0.5)):
-                awaiting = Delivery.objects.filter(status=Delivery.Status.AWAITING_CONFIRMATION)
-                for delivery_id in map(str, awaiting.values_list("id", flat=True)):
-                    if delivery_id in self.confirmed or delivery_id in self.left:
-                        continue
-                    if int(delivery_id[-1], 16) % 2:
-                        self.left.add(delivery_id)
-                    elif self._confirm(delivery_id):
-                        self.confirmed.add(delivery_id)
+                try:
+                    self._round()
+                except DatabaseError:  # the database fails over: a connection of the old primary's
+                    connection.close()
         finally:
             connection.close()
+
+    def _round(self) -> None:
+        awaiting = Delivery.objects.filter(status=Delivery.Status.AWAITING_CONFIRMATION)
+        for delivery_id in map(str, awaiting.values_list("id", flat=True)):
+            if delivery_id in self.confirmed or delivery_id in self.left:
+                continue
+            if int(delivery_id[-1], 16) % 2:
+                self.left.add(delivery_id)
+            elif self._confirm(delivery_id):
+                self.confirmed.add(delivery_id)
 
     def _confirm(self, delivery_id: str) -> bool:
         try:

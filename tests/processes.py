@@ -44,12 +44,17 @@ def a_free_port() -> int:
 
 
 def started(env: dict, *command: str, log: Path | None = None) -> subprocess.Popen:
-    """`manage.py <command>` with `env`, its output to `log` (never an unread pipe: per-message INFO
-    lines fill one), or nowhere."""
+    """`manage.py <command>` with `env`, its output to `log`, or nowhere."""
+    return launched([*MANAGE, *command], env, log)
+
+
+def launched(command: list[str], env: dict, log: Path | None = None) -> subprocess.Popen:
+    """`command` with `env`, its output to `log` (never an unread pipe: per-message INFO lines fill
+    one), or nowhere."""
     if log is None:
-        return subprocess.Popen([*MANAGE, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(log, "ab") as out:
-        return subprocess.Popen([*MANAGE, *command], env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def post(url: str, token: str, body: dict, key: str, timeout: float = 30) -> tuple[int, dict, dict | str]:

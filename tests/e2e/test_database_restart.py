@@ -1,9 +1,6 @@
 """PostgreSQL restarts under a running system: web, relay and workers as the processes production runs."""
 
-import json
 import subprocess
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -13,10 +10,7 @@ from django.db import connection
 from deliveries.models import Delivery
 from drones.services import seed_fleet
 from tests.factories import BASE, Customer, delivery_request
-from tests.processes import (
-    MANAGE,  # noqa: F401 (fixture)
-    a_free_port,
-)
+from tests.processes import a_free_port, post, started, web_server_up
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -31,25 +25,6 @@ def postgresql(action: str) -> None:
 
 def postgresql_answers() -> bool:
     return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432"], capture_output=True).returncode == 0
-
-
-def post(url: str, token: str, body: dict, key: str) -> tuple[int, dict, dict | str]:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, dict(response.headers), json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        text = error.read().decode(errors="replace")
-        return error.code, dict(error.headers), json.loads(text) if "json" in error.headers["Content-Type"] else text
-
-
-def started(env, *command) -> subprocess.Popen:
-    return subprocess.Popen([*MANAGE, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_a_database_restart_answers_503_meanwhile_and_everything_reconnects_by_itself(env):
@@ -74,7 +49,7 @@ def test_a_database_restart_answers_503_meanwhile_and_everything_reconnects_by_i
         return Delivery.objects.filter(status="delivered").count() == len(accepted)
 
     try:
-        wait_until(lambda: _answers(url), timeout=60, what="the web server to answer")
+        wait_until(lambda: web_server_up(url), timeout=60, what="the web server to answer")
         request_deliveries(3)
         wait_until(all_delivered, timeout=60, what="the first deliveries to complete")
 
@@ -108,13 +83,3 @@ def test_a_database_restart_answers_503_meanwhile_and_everything_reconnects_by_i
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
-
-
-def _answers(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=5)
-    except urllib.error.HTTPError:
-        return True  # 401/405: the server is up
-    except OSError:
-        return False
-    return True

@@ -127,3 +127,16 @@ def test_on_a_cluster_of_its_own_the_plan_also_stops_and_kills_broker_nodes():
     assert not [
         f for f in plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True) if "node" in f.kind
     ]  # on the configured broker, nodes are not the rig's to stop
+
+
+def test_on_a_database_replica_of_its_own_the_plan_fails_the_database_over_once_and_changes_nothing_else():
+    import random
+
+    plain = plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True)
+    plan = plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True, database_replica=True)
+
+    failovers = [f for f in plan if f.kind == "failover_database"]
+    assert len(failovers) == 1 and failovers[0].target == "" and 1.0 <= failovers[0].at <= 60
+    assert [f for f in plan if f.kind != "failover_database"] == plain  # the seed's other faults stay as they were
+    assert not [f for f in plain if f.kind == "failover_database"]  # on the configured database, never
+    assert not plan_faults(random.Random(7), duration=60, per_kind=0, broker_is_rabbitmq=True, database_replica=True)

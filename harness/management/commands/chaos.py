@@ -1,3 +1,4 @@
+import contextlib
 import io
 import random
 import shutil
@@ -13,11 +14,14 @@ from uuid import uuid4
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from deliveries.customers import create_customer
+from delivery_project import database_url
 from harness.chaos import (
     CLUSTER_KINDS,
+    FAILOVER,
+    FAILOVER_OUTAGE_SECONDS,
     Fault,
     Ledger,
     Recipient,
@@ -25,8 +29,10 @@ from harness.chaos import (
     break_broker_node,
     chaos_env,
     close_every_broker_connection,
+    fail_over_database,
     plan_faults,
 )
+from harness.postgres_servers import PostgresPrimaryWithReplica
 from harness.rabbitmq_cluster import RabbitmqCluster
 from harness.scratch import scratch_run
 from harness.simulation import Api, random_request, stamped
@@ -72,6 +78,12 @@ class Command(BaseCommand):
             help="Run on a RabbitMQ cluster of this many nodes of the rig's own (quorum queues), and stop "
             "and kill its nodes too (stop_broker_node, kill_broker_node).",
         )
+        parser.add_argument(
+            "--database-replica",
+            action="store_true",
+            help="Run the run's database on a PostgreSQL primary with a synchronous replica of the rig's own "
+            "(the multi-host URL), and once crash the primary and promote the replica (failover_database).",
+        )
 
     def handle(self, **options):
         if connection.vendor != "postgresql":
@@ -81,7 +93,20 @@ class Command(BaseCommand):
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-        with scratch_run("chaos", keep=options["keep"]) as scratch:
+        with contextlib.ExitStack() as servers:
+            self.pair = None
+            if options["database_replica"]:
+                self.stdout.write("starting a PostgreSQL primary with a synchronous replica")
+                self.pair = servers.enter_context(PostgresPrimaryWithReplica(synchronous=True))
+                _use_the_pair(self.pair)
+            violations = self._in_a_scratch_run(stop, seed, options)
+        if violations:
+            raise CommandError(f"{len(violations)} violation(s) (seed {seed})")
+
+    def _in_a_scratch_run(self, stop: threading.Event, seed: int, options: dict) -> list[str]:
+        # On the pair, the run's database goes with the rig's directory; its old primary, which the
+        # scratch run's admin connection is to, is gone by the end.
+        with scratch_run("chaos", keep=options["keep"] or self.pair is not None) as scratch:
             logs = Path(tempfile.mkdtemp(prefix=f"chaos-{scratch.run}-"))
             self.stdout.write(
                 f"chaos run {scratch.run}: seed {seed}, {options['deliveries']} deliveries, logs in {logs}"
@@ -95,11 +120,12 @@ class Command(BaseCommand):
                 self.cluster = RabbitmqCluster(logs / "rabbitmq", size=nodes, die_with_thread=False)
                 self.cluster.start()
             env = chaos_env(
-                database_url=scratch.database_url,
-                queue_prefix=scratch.queue_prefix,
+                run_env=scratch.env(),
                 speedup=options["speedup"],
                 broker_urls=self.cluster.urls if self.cluster else None,
             )
+            if self.pair is not None:
+                env.pop("OUTBOX_LISTEN_DATABASE_URL", None)  # the configured server's: the relays LISTEN on the pair
             system = System(env=env, addr=f"127.0.0.1:{options['port']}", logs=logs, threads=options["threads"])
             try:
                 system.start_all()
@@ -112,8 +138,7 @@ class Command(BaseCommand):
                     self.cluster.stop()
                 if not options["keep"]:
                     shutil.rmtree(logs, ignore_errors=True)
-        if violations:
-            raise CommandError(f"{len(violations)} violation(s) (seed {seed})")
+        return violations
 
     def _run(self, api: Api, system: System, *, seed: int, stop: threading.Event, **options) -> list[str]:
         rng = random.Random(seed)
@@ -123,6 +148,7 @@ class Command(BaseCommand):
             per_kind=options["faults_per_kind"],
             broker_is_rabbitmq=self.cluster is not None or urlsplit(settings.BROKER_URL).scheme.startswith("amqp"),
             cluster_nodes=self.cluster.size if self.cluster else 0,
+            database_replica=self.pair is not None,
         )
         requests = [
             random_request(rng, latitude=BASE[0], longitude=BASE[1], radius_km=3, confirmation_share=0.25)
@@ -144,7 +170,11 @@ class Command(BaseCommand):
         deadline = time.monotonic() + options["settle_timeout"]
         last = ""
         while not stop.is_set() and time.monotonic() < deadline:
-            unsettled = ledger.unsettled()
+            try:
+                unsettled = ledger.unsettled()
+            except DatabaseError as error:  # a connection to the failed primary, once for each pooled
+                connection.close()
+                unsettled = [f"the database: {error}".strip()]
             if not unsettled:
                 break
             if "; ".join(unsettled) != last:
@@ -177,8 +207,10 @@ class Command(BaseCommand):
         for fault in faults:
             if stop.wait(max(0.0, started + fault.at - time.monotonic())):
                 return
-            at = time.monotonic() - started
-            if fault.kind in CLUSTER_KINDS:
+            at, note = time.monotonic() - started, ""
+            if fault.kind == FAILOVER:
+                note = fail_over_database(self.pair, min(pause, FAILOVER_OUTAGE_SECONDS), stop)
+            elif fault.kind in CLUSTER_KINDS:
                 break_broker_node(self.cluster, fault, pause, stop)
             elif fault.kind.startswith("kill"):
                 system.kill_and_restart(fault.target)
@@ -186,7 +218,7 @@ class Command(BaseCommand):
                 system.pause(fault.target, pause, stop)
             else:
                 close_every_broker_connection(self.cluster)
-            injected.append(f"t+{at:6.1f}s {fault.kind} {fault.target}".rstrip())
+            injected.append(" ".join(filter(None, [f"t+{at:6.1f}s", fault.kind, fault.target, note])))
             self.stdout.write(f"  fault {injected[-1]}")
 
     def _submit(self, api: Api, requests: list[dict], *, started: float, duration: float, stop) -> list[str]:
@@ -233,3 +265,16 @@ class Command(BaseCommand):
                 pass
             stop.wait(0.2)
         raise CommandError("the web process did not answer within 60 s")
+
+
+def _use_the_pair(pair: PostgresPrimaryWithReplica) -> None:
+    """Point this process at the pair, through its multi-host URL (target_session_attrs=read-write),
+    and make that the URL the scratch run hands its processes. Before any connection is made."""
+    connection.close()
+    connection.close_pool()  # none yet, or one of the configured server's
+    url = pair.url("postgres")
+    entry = database_url.parse(url)
+    db = connection.settings_dict
+    db.update(HOST=entry["HOST"], PORT=entry["PORT"], USER=entry["USER"], PASSWORD=entry["PASSWORD"])
+    db["OPTIONS"] = {**db["OPTIONS"], **entry["OPTIONS"]}
+    settings.DATABASE_URL = url
