@@ -17,9 +17,9 @@ from django.utils import timezone
 from outbox.models import OutboxMessage
 
 
-def claim(*, lease: timedelta, batch_size: int) -> list[OutboxMessage]:
-    """Claim up to `batch_size` due rows under a lease of `lease`, for this caller alone."""
-    token = uuid.uuid4().hex
+def claim(*, lease: timedelta, batch_size: int, token: str | None = None) -> list[OutboxMessage]:
+    """Claim up to `batch_size` due rows under a lease of `lease`, for this caller alone (`token`)."""
+    token = token or uuid.uuid4().hex
     if connection.vendor == "postgresql":
         return _claim_in_one_statement(token, lease=lease, batch_size=batch_size)
     now = timezone.now()  # the embedded default: one host, one clock
@@ -71,6 +71,41 @@ def release(rows: list[OutboxMessage]) -> None:
     """Give back claims of rows not sent through no fault of their own: the attempt does not count."""
     for held in _still_held(rows):
         held.update(claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0))
+
+
+def release_claim(token: str) -> None:
+    """Give back whatever a claim took whose outcome its relay never learned: the database went
+    away as it committed, so the rows may be leased to a token no one holds."""
+    unsent = OutboxMessage.objects.filter(claimed_by=token, published_at__isnull=True)
+    unsent.update(claimed_until=None, claimed_by="", send_attempts=Greatest(F("send_attempts") - 1, 0))
+
+
+class Unsettled:
+    """What a relay could not write back because the database went away mid-round (a failover):
+    claims whose outcome it never learned, rows to give back, rows the broker confirmed that are
+    not marked yet. Settled at the start of the next round that reaches the database, instead
+    of waiting OUTBOX_RELAY_LEASE_SECONDS for the leases to run out (and sending again what the
+    broker had confirmed)."""
+
+    def __init__(self):
+        self.claims: list[str] = []
+        self.to_release: list[OutboxMessage] = []
+        self.to_mark: list[OutboxMessage] = []
+
+    def __len__(self) -> int:
+        return len(self.claims) + len(self.to_release) + len(self.to_mark)
+
+    def settle(self) -> None:
+        """Write each back; a DatabaseError (still unreachable) leaves the rest for next time."""
+        if self.to_mark:
+            mark_published(self.to_mark)
+            self.to_mark = []
+        if self.to_release:
+            release(self.to_release)
+            self.to_release = []
+        while self.claims:
+            release_claim(self.claims[0])
+            self.claims.pop(0)
 
 
 def postpone(rows: list[OutboxMessage], *, seconds: float, counted: bool = False) -> None:

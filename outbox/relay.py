@@ -20,6 +20,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -88,7 +89,7 @@ class Relay:
         self.last_success: float | None = None
         self.failed_rounds = 0  # rounds that ended in an error and a pause
         self.idle = threading.Event()  # set while it waits for a NOTIFY or the next poll
-        self.unreleased: list[OutboxMessage] = []  # claims not given back: the database had gone
+        self.unsettled = leases.Unsettled()  # what a round could not write back: the database had gone
         self.next_beat = 0.0  # monotonic time of the next heartbeat
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
         self.queues_down: dict[str, tuple[float, float]] = {}  # queue -> (down since, next wait)
@@ -115,7 +116,7 @@ class Relay:
 
     def drain(self, stop: threading.Event | None = None) -> int:
         """Relay until nothing is due and nothing is in flight."""
-        self._release([])  # those an earlier round could not give back
+        self.unsettled.settle()  # what an earlier round could not write back
         if self.publisher is not None:
             return self._stream(stop)
         total = 0
@@ -307,25 +308,26 @@ class Relay:
         return outcome, suspects
 
     def claim_batch(self) -> list[OutboxMessage]:
-        return leases.claim(lease=self.lease, batch_size=self.batch_size)
+        token = uuid.uuid4().hex
+        try:
+            return leases.claim(lease=self.lease, batch_size=self.batch_size, token=token)
+        except DatabaseError:
+            self.unsettled.claims.append(token)  # it may have committed as the database went away
+            raise
 
     def mark_published(self, rows: list[OutboxMessage]) -> None:
-        leases.mark_published(rows)
+        try:
+            leases.mark_published(rows)
+        except DatabaseError:
+            self.unsettled.to_mark.extend(rows)  # confirmed by the broker: not to be sent again
+            raise
 
     def _release(self, rows: list[OutboxMessage]) -> None:
-        """Give back claims of rows not sent. When the database went away meanwhile (a failover),
-        they are kept and given back at the start of the next round that reaches it, rather
-        than left under lease for OUTBOX_RELAY_LEASE_SECONDS."""
-        pending = [*self.unreleased, *rows]
-        if not pending:
-            return
         try:
-            leases.release(pending)
-        except DatabaseError as error:
-            self.unreleased = pending
-            logger.debug("%d claimed rows not given back yet: %s", len(pending), error)
-        else:
-            self.unreleased = []
+            leases.release(rows)
+        except DatabaseError as error:  # the round is failing already; give them back at the next one
+            self.unsettled.to_release.extend(rows)
+            logger.debug("%d claimed rows not given back yet: %s", len(rows), error)
 
     def seconds_until_next_due(self) -> float | None:
         return leases.seconds_until_next_due()

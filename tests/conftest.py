@@ -88,7 +88,7 @@ def broker(_broker_queues_deleted_at_end):
     broker = reconnected_if_lost(_broker_queues_deleted_at_end)
     broker.flush_all()
     yield broker
-    broker.flush_all()
+    reconnected_if_lost(broker).flush_all()  # a fault test may have closed every broker connection
 
 
 @pytest.fixture

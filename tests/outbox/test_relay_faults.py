@@ -2,14 +2,16 @@
 
 import threading
 from contextlib import contextmanager
+from datetime import timedelta
 
 import dramatiq
 import psycopg
 import pytest
 import redis
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
+from outbox import leases
 from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
 from outbox.dead_letters import record_dead_letter
 from outbox.models import DeadLetter, OutboxMessage
@@ -230,7 +232,7 @@ def test_claims_the_database_lost_with_a_failed_send_are_given_back_at_the_next_
         relay = Relay(broker=LostWithTheDatabase(broker, admin, pid))
         with pytest.raises(BrokerUnavailable):
             relay.relay_batch()
-    assert len(relay.unreleased) == 2
+    assert len(relay.unsettled.to_release) == 2
     close_old_connections()
     for row in rows:
         row.refresh_from_db()
@@ -238,7 +240,7 @@ def test_claims_the_database_lost_with_a_failed_send_are_given_back_at_the_next_
 
     relay.broker = broker  # what a relay's broker connection is after reconnecting
     assert relay.drain() == 2  # given back, then sent: no wait for the 30 s lease
-    assert relay.unreleased == []
+    assert len(relay.unsettled) == 0
     assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
 
 
@@ -247,3 +249,57 @@ def _direct_params() -> dict:
     for key in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(key, None)
     return params
+
+
+@pytest.mark.postgres
+def test_a_claim_whose_commit_the_relay_never_heard_of_is_given_back_at_its_next_round(broker, transactional_db):
+    """The database went away as the claim committed (the replica has it, the relay got an error):
+    the rows are leased to a token only that relay knew, and it gives them back by that token."""
+    ping(n=1)
+    relay = Relay(broker=broker)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with psycopg.connect(**_direct_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(DatabaseError):
+        relay.claim_batch()  # refused: the session is gone
+    (token,) = relay.unsettled.claims
+    close_old_connections()
+    leases.claim(lease=timedelta(seconds=30), batch_size=10, token=token)  # as if it had committed
+    assert OutboxMessage.objects.filter(claimed_by=token).count() == 1
+
+    assert relay.drain() == 1  # given back by its token, then sent: no wait for the lease
+    assert len(relay.unsettled) == 0
+
+
+class DatabaseGoneBeforeTheMark(Relay):
+    """The broker confirmed the copies; the database goes away before they are marked sent."""
+
+    def __init__(self, *args, admin: psycopg.Connection, pid: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.admin, self.pid = admin, pid
+
+    def mark_published(self, rows):
+        if self.pid is not None:
+            self.admin.execute("SELECT pg_terminate_backend(%s)", [self.pid])
+            self.pid = None
+        super().mark_published(rows)
+
+
+@pytest.mark.postgres
+def test_copies_confirmed_while_the_database_went_away_are_marked_at_the_next_round_not_sent_again(
+    broker, transactional_db
+):
+    ping(n=1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with psycopg.connect(**_direct_params(), autocommit=True) as admin:
+        relay = DatabaseGoneBeforeTheMark(broker=broker, admin=admin, pid=pid)
+        with pytest.raises(DatabaseError):
+            relay.drain()
+    assert len(relay.unsettled.to_mark) == 1
+    close_old_connections()
+    assert relay.drain() == 0  # marked, not sent a second time
+    assert OutboxMessage.objects.get().published_at is not None
