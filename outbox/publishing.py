@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 import psycopg
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 
 from outbox import tracing, wake_up
@@ -127,14 +128,17 @@ def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
     connection.ensure_connection()
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
     # would quote every value into the text of the statement and parse it anew each time.
+    sql = (
+        f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams)}) "
+        f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) "
+        "RETURNING id, sequence, available_at"
+    )
     with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(
-            f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams)}) "
-            f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) "
-            "RETURNING id, sequence, available_at",
-            params,
-            prepare=True,
-        )
+        if connection.queries_logged:  # DEBUG, or a test counting statements: logged as Django's own are
+            with CursorDebugWrapper(cursor, connection).debug_sql(sql, params):
+                cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params, prepare=True)
         row.id, row.sequence, row.available_at = cursor.fetchone()
     row._state.adding, row._state.db = False, using
 

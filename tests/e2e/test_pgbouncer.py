@@ -53,18 +53,26 @@ def _iterate_through(bouncer, env: dict, pooler_setting: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_server_side_cursors_break_through_pgbouncer_unless_the_pooler_setting_turns_them_off(pgbouncer, env):
+@pytest.fixture
+def bouncer(pgbouncer, transactional_db):
+    """The session's PgBouncer; afterwards it closes its server connections to the test database,
+    which it would keep for reuse (and which tests that count connections would count)."""
+    yield pgbouncer
+    pgbouncer.close_server_connections(connection.settings_dict["NAME"])
+
+
+def test_server_side_cursors_break_through_pgbouncer_unless_the_pooler_setting_turns_them_off(bouncer, env):
     User.objects.bulk_create(User(username=f"user{n}") for n in range(40))
-    assert _iterate_through(pgbouncer, env, "1") == {"failures": 0, "first": []}
-    broken = _iterate_through(pgbouncer, env, "0")  # the proof that the first run went through PgBouncer
+    assert _iterate_through(bouncer, env, "1") == {"failures": 0, "first": []}
+    broken = _iterate_through(bouncer, env, "0")  # the proof that the first run went through PgBouncer
     assert broken["failures"] > 0 and "does not exist" in broken["first"][0], broken
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_listen_through_pgbouncer_hears_nothing_and_the_relay_says_so(pgbouncer, settings, monkeypatch, caplog):
+def test_a_listen_through_pgbouncer_hears_nothing_and_the_relay_says_so(bouncer, settings, monkeypatch, caplog):
     server = connection.get_connection_params()
     settings.OUTBOX_LISTEN_CONNECTION = {
-        "host": "127.0.0.1", "port": pgbouncer.port, "user": server["user"], "dbname": server["dbname"],
+        "host": "127.0.0.1", "port": bouncer.port, "user": server["user"], "dbname": server["dbname"],
     }  # fmt: skip
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
     monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 1.0)
@@ -74,7 +82,7 @@ def test_a_listen_through_pgbouncer_hears_nothing_and_the_relay_says_so(pgbounce
         wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=15, what="the warning")
     finally:
         waiter.close()
-    assert "got packet 'A' from server when not linked" in pgbouncer.log_text()  # where the NOTIFYs went
+    assert "got packet 'A' from server when not linked" in bouncer.log_text()  # where the NOTIFYs went
 
 
 SHIPPED = ["deliveries", "drones", "packages", "notifications", "outbox", "delivery_project"]
