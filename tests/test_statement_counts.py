@@ -24,9 +24,9 @@ pytestmark = [pytest.mark.postgres]
 # then the package, then the flight to its end (tests/deliveries/test_choreography.py's first test).
 HANDLER_STATEMENTS = {
     ("deliveries", "drone.arrived"): 9,
-    ("deliveries", "drone.position_reported"): 14,
+    ("deliveries", "drone.position_reported"): 10,
     ("deliveries", "drone.released"): 8,
-    ("deliveries", "drone.scheduled"): 14,
+    ("deliveries", "drone.scheduled"): 10,
     ("deliveries", "package.ready"): 9,
     ("drones", "delivery.completed"): 15,
     ("drones", "delivery.dispatched"): 14,
