@@ -28,11 +28,18 @@ from pydantic import ValidationError
 
 from outbox import log_context, tracing
 from outbox.contracts import upcast
-from outbox.dead_letters import Reason, Rejected, close_stale_replay, record_dead_letter, resolve_processed
+from outbox.dead_letters import (
+    REPLAYABLE,
+    Reason,
+    Rejected,
+    close_stale_replay,
+    record_dead_letter,
+    resolve_processed,
+)
 from outbox.envelope import Envelope
 from outbox.limits import within_limits
 from outbox.metrics import HANDLED, HANDLER_SECONDS
-from outbox.models import InboxMessage
+from outbox.models import DeadLetter, InboxMessage
 from outbox.ordering import Position, advance
 from outbox.publishing import handling
 from outbox.subscriptions import Received, Subscription, subscription, unprocessable_hook
@@ -195,7 +202,8 @@ def _read(sub: Subscription, envelope: Envelope) -> Any:
 
 def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
     with transaction.atomic():
-        if not _first_receipt(sub.subscriber, envelope):
+        first, dead_lettered = _first_receipt(sub.subscriber, envelope)
+        if not first:
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
                 duplicates=F("duplicates") + 1
             )
@@ -209,27 +217,38 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
                 return "stale"
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
-        resolve_processed(subscriber=sub.subscriber, envelope=envelope)
+        if dead_lettered:  # rare (a replay, or a copy the sweep gave up on): one UPDATE more
+            resolve_processed(subscriber=sub.subscriber, envelope=envelope)
     return "processed"
 
 
-def _first_receipt(subscriber: str, envelope: Envelope) -> bool:
-    """Record the message in the subscriber's inbox; False if it was there already. One
-    statement, no savepoint: a concurrent copy waits on the unique index, then finds it there."""
-    table = connection.ops.quote_name(InboxMessage._meta.db_table)
+def _first_receipt(subscriber: str, envelope: Envelope) -> tuple[bool, bool]:
+    """Record the message in the subscriber's inbox: (False, …) if it was there already. One
+    statement, no savepoint: a concurrent copy waits on the unique index, then finds it there.
+    The same statement says whether the message has an open or replayed dead letter for this
+    subscriber, which only then needs closing as processed (an UPDATE each message paid before)."""
+    inbox = connection.ops.quote_name(InboxMessage._meta.db_table)
+    letters = connection.ops.quote_name(DeadLetter._meta.db_table)
+    message_id = _uuid_field.get_db_prep_value(envelope.message_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
-            "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (subscriber, message_id) DO NOTHING RETURNING id",
+            f"INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
+            "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (subscriber, message_id) DO NOTHING "
+            f"RETURNING id, EXISTS (SELECT 1 FROM {letters} WHERE subscriber = %s AND message_id = %s "
+            "AND status IN (%s, %s))",
             [
                 subscriber,
-                _uuid_field.get_db_prep_value(envelope.message_id, connection),
+                message_id,
                 envelope.type,
                 _uuid_field.get_db_prep_value(envelope.correlation_id, connection),
                 _time_field.get_db_prep_value(timezone.now(), connection),
+                subscriber,
+                message_id,
+                *REPLAYABLE,
             ],
         )
-        return cursor.fetchone() is not None
+        row = cursor.fetchone()
+        return (False, False) if row is None else (True, bool(row[1]))
 
 
 _uuid_field = InboxMessage._meta.get_field("message_id")

@@ -23,19 +23,19 @@ pytestmark = [pytest.mark.postgres]
 # (subscriber, event type) -> statements of one handler execution on the happy path: drone first,
 # then the package, then the flight to its end (tests/deliveries/test_choreography.py's first test).
 HANDLER_STATEMENTS = {
-    ("deliveries", "drone.arrived"): 9,
-    ("deliveries", "drone.position_reported"): 10,
-    ("deliveries", "drone.released"): 8,
-    ("deliveries", "drone.scheduled"): 10,
-    ("deliveries", "package.ready"): 9,
-    ("drones", "delivery.completed"): 15,
-    ("drones", "delivery.dispatched"): 14,
-    ("drones", "delivery.requested"): 13,
-    ("notifications", "delivery.completed"): 11,
-    ("notifications", "delivery.dispatched"): 11,
-    ("packages", "delivery.completed"): 7,
-    ("packages", "delivery.dispatched"): 7,
-    ("packages", "delivery.requested"): 9,
+    ("deliveries", "drone.arrived"): 8,
+    ("deliveries", "drone.position_reported"): 9,
+    ("deliveries", "drone.released"): 7,
+    ("deliveries", "drone.scheduled"): 9,
+    ("deliveries", "package.ready"): 8,
+    ("drones", "delivery.completed"): 14,
+    ("drones", "delivery.dispatched"): 13,
+    ("drones", "delivery.requested"): 12,
+    ("notifications", "delivery.completed"): 10,
+    ("notifications", "delivery.dispatched"): 10,
+    ("packages", "delivery.completed"): 6,
+    ("packages", "delivery.dispatched"): 6,
+    ("packages", "delivery.requested"): 8,
 }
 # POST /api/deliveryrequests, accepted: token, rate limit, idempotency, the delivery, its events.
 REQUEST_STATEMENTS = 11
