@@ -10,7 +10,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 from django.http import HttpResponse
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -32,12 +32,18 @@ class SystemState:
 
     def collect(self):
         now = timezone.now()
-        pending = OutboxMessage.objects.filter(published_at__isnull=True)
-        due = pending.filter(available_at__lte=now).aggregate(count=Count("id"), oldest=Min("available_at"))
-        yield GaugeMetricFamily("outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", pending.count())
-        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", due["count"])
+        # One query, so the backlog and the due rows are counted at one moment: counted apart, a
+        # row relayed in between made the backlog smaller than what was due in it.
+        is_due = Q(available_at__lte=now)
+        pending = OutboxMessage.objects.filter(published_at__isnull=True).aggregate(
+            backlog=Count("id"), due=Count("id", filter=is_due), oldest=Min("available_at", filter=is_due)
+        )
+        yield GaugeMetricFamily("outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", pending["backlog"])
+        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", pending["due"])
         yield GaugeMetricFamily(
-            "outbox_oldest_due_age_seconds", "How long the oldest due row has waited for the relay", _age(due["oldest"])
+            "outbox_oldest_due_age_seconds",
+            "How long the oldest due row has waited for the relay",
+            _age(pending["oldest"]),
         )
         yield GaugeMetricFamily(
             "outbox_sweep_lag_seconds",
