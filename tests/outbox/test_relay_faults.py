@@ -11,6 +11,7 @@ import redis
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
+from harness.scratch import connection_params
 from outbox import leases
 from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
 from outbox.dead_letters import record_dead_letter
@@ -228,7 +229,7 @@ def test_claims_the_database_lost_with_a_failed_send_are_given_back_at_the_next_
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
-    with psycopg.connect(**_direct_params(), autocommit=True) as admin:
+    with psycopg.connect(**connection_params(), autocommit=True) as admin:
         relay = Relay(broker=LostWithTheDatabase(broker, admin, pid))
         with pytest.raises(BrokerUnavailable):
             relay.relay_batch()
@@ -244,13 +245,6 @@ def test_claims_the_database_lost_with_a_failed_send_are_given_back_at_the_next_
     assert OutboxMessage.objects.filter(published_at__isnull=True).count() == 0
 
 
-def _direct_params() -> dict:
-    params = connection.get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
-    return params
-
-
 @pytest.mark.postgres
 def test_a_claim_whose_commit_the_relay_never_heard_of_is_given_back_at_its_next_round(broker, transactional_db):
     """The database went away as the claim committed (the replica has it, the relay got an error):
@@ -260,7 +254,7 @@ def test_a_claim_whose_commit_the_relay_never_heard_of_is_given_back_at_its_next
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
-    with psycopg.connect(**_direct_params(), autocommit=True) as admin:
+    with psycopg.connect(**connection_params(), autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
     with pytest.raises(DatabaseError):
         relay.claim_batch()  # refused: the session is gone
@@ -295,7 +289,7 @@ def test_copies_confirmed_while_the_database_went_away_are_marked_at_the_next_ro
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
-    with psycopg.connect(**_direct_params(), autocommit=True) as admin:
+    with psycopg.connect(**connection_params(), autocommit=True) as admin:
         relay = DatabaseGoneBeforeTheMark(broker=broker, admin=admin, pid=pid)
         with pytest.raises(DatabaseError):
             relay.drain()

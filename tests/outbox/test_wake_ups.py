@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import connection
 from prometheus_client import REGISTRY
 
+from harness.scratch import connection_params
 from outbox import wake_up
 from tests.waiting import wait_until
 
@@ -22,10 +23,7 @@ def _listen_params(**changes) -> dict:
     """Where the relay listens: direct to the server (OUTBOX_LISTEN_CONNECTION under test-pgbouncer)."""
     if settings.OUTBOX_LISTEN_CONNECTION:
         return {**settings.OUTBOX_LISTEN_CONNECTION, **changes}
-    params = connection.get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
-    return {**params, **changes}
+    return {**connection_params(), **changes}
 
 
 def _listening(application_name: str) -> list[str]:
