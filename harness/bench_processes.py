@@ -27,7 +27,7 @@ from django.db.models import Max, Min
 from deliveries.customers import create_customer
 from deliveries.models import Delivery
 from drones.services import seed_fleet
-from harness import simulation
+from harness import process_cpu, simulation
 from harness.bench import BASE, customer_requests, empty_the_outbox_and_queues
 from harness.bench_api import customers
 from outbox.models import InboxMessage
@@ -51,18 +51,25 @@ class ApiLoad:
         return dict(Counter(status for status, _ in self.answers if status != 202))
 
 
-def api_load(*, workers: int, threads: int, clients: int, seconds: float, env: dict[str, str]) -> ApiLoad:
-    """POST /api/deliveryrequests under gunicorn (`workers` processes of `threads` threads, DEBUG
-    off) with `clients` customers in a process of their own, for `seconds`."""
+def api_load(
+    *, workers: int, threads: int, clients: int, seconds: float, env: dict[str, str]
+) -> tuple[ApiLoad, ApiLoad]:
+    """Django's floor, then the API, on one server: GET /healthz, then POST /api/deliveryrequests,
+    under gunicorn (`workers` processes of `threads` threads, DEBUG off) with `clients` customers
+    in a process of their own, for `seconds` each. A /healthz answered 200 counts as accepted."""
     _, token = create_customer(name=f"bench-{uuid.uuid4().hex[:8]}")
+    loads = []
     with serving(env, workers=workers, threads=threads) as (port, _):
-        spawn = multiprocessing.get_context("spawn")
-        results = spawn.Queue()
-        load = spawn.Process(target=customers, args=(port, token, clients, seconds, results))
-        load.start()
-        answers = results.get(timeout=seconds + 120)
-        load.join(30)
-    return ApiLoad(seconds=seconds, answers=answers)
+        for floor in (True, False):
+            spawn = multiprocessing.get_context("spawn")
+            results = spawn.Queue()
+            load = spawn.Process(
+                target=customers, args=(port, token, clients, seconds, results), kwargs={"floor": floor}
+            )
+            load.start()
+            loads.append(ApiLoad(seconds=seconds, answers=results.get(timeout=seconds + 120)))
+            load.join(30)
+    return loads[0], loads[1]
 
 
 @contextlib.contextmanager
@@ -118,6 +125,7 @@ class EndToEnd:
     seconds: float  # first request accepted to last delivery terminal
     handler_runs: int  # inbox rows: handler executions that committed
     worker_rss: list[tuple[int, float]]  # (inbox rows so far, MB of all worker processes)
+    cpu: dict[str, float]  # CPU seconds by kind of process, first request to last delivery terminal
 
     @property
     def delivered_per_second(self) -> float:
@@ -140,16 +148,29 @@ def end_to_end(
     rss = []  # (messages handled, MB) of the worker processes, after the first tenth and at the end
     with serving(env, workers=2, threads=4, others=others) as (port, processes):
         api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
+        web, relay, workers = (process.pid for process in processes)
+        meter = process_cpu.CpuMeter(
+            {
+                "web (gunicorn)": lambda: process_cpu.tree(web),
+                "relay": lambda: process_cpu.tree(relay),
+                "workers (rundramatiq)": lambda: process_cpu.tree(workers),
+                "PostgreSQL": lambda: process_cpu.named("postgres"),
+                "RabbitMQ": lambda: process_cpu.named("beam.smp"),
+                "bench (customers, polling)": lambda: [os.getpid()],
+            }
+        )
+        meter.start()
         ids = simulation.submit(api, customer_requests(deliveries), concurrency=8, rate=0, progress=lambda done: None)
         mine = Delivery.objects.filter(id__in=ids)
         deadline = time.monotonic() + 600
         while (unfinished := mine.exclude(status__in=simulation.TERMINAL).count()) or not rss:
             if not rss and unfinished <= 0.9 * deliveries or not unfinished:
-                rss.append((InboxMessage.objects.count(), _resident_megabytes(processes[-1].pid)))
+                rss.append((InboxMessage.objects.count(), process_cpu.resident_megabytes(processes[-1].pid)))
             if time.monotonic() > deadline:
                 raise RuntimeError("deliveries still not terminal 600 s after the last request")
             time.sleep(0.5)
-        rss.append((InboxMessage.objects.count(), _resident_megabytes(processes[-1].pid)))
+        cpu = meter.stop()
+        rss.append((InboxMessage.objects.count(), process_cpu.resident_megabytes(processes[-1].pid)))
     span = mine.aggregate(first=Min("created_at"), last=Max("updated_at"))
     return EndToEnd(
         requested=len(ids),
@@ -157,25 +178,8 @@ def end_to_end(
         seconds=(span["last"] - span["first"]).total_seconds(),
         handler_runs=InboxMessage.objects.count(),
         worker_rss=rss,
+        cpu=cpu,
     )
-
-
-def _resident_megabytes(pid: int) -> float:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        todo.extend(children.get(current, []))
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-    return total / 1024
 
 
 def embedded_hop_milliseconds(*, deliveries: int, rate: float) -> list[float]:

@@ -84,7 +84,39 @@ def _append(
     now: datetime,
     using: str,
 ) -> OutboxMessage:
-    row = OutboxMessage(
+    row = outbox_row(
+        event,
+        stream=stream,
+        correlation_id=correlation_id,
+        cause=cause,
+        same_story=same_story,
+        available_at=available_at,
+        now=now,
+    )
+    size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES
+    if size > limit:
+        raise EventTooLarge(f"{event.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
+    if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
+        _insert_numbered(row, using=using, due_now=available_at is None)
+    else:
+        _nudge_the_relay_on_commit(using)
+        row.sequence = _next_sequence(stream, using=using)
+        row.save(using=using, force_insert=True)
+    return row
+
+
+def outbox_row(
+    event: Event,
+    *,
+    stream: str,
+    correlation_id: UUID,
+    now: datetime,
+    cause: Envelope | None = None,
+    same_story: bool = False,
+    available_at: datetime | None = None,
+) -> OutboxMessage:
+    """The unsaved row that carries `event` (its sequence is numbered when it is inserted)."""
+    return OutboxMessage(
         type=event.type,
         version=event.version,
         source=event.source(),
@@ -99,24 +131,11 @@ def _append(
         recipients=subscribers_of(event.type),
         trace_context=tracing.trace_context(),
     )
-    size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES
-    if size > limit:
-        raise EventTooLarge(f"{event.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
-    if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
-        _insert_numbered(row, using=using, due_now=available_at is None)
-    else:
-        _nudge_the_relay_on_commit(using)
-        row.sequence = _next_sequence(stream, using=using)
-        row.save(using=using, force_insert=True)
-    return row
 
 
-def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
-    """Number the row in its stream and insert it in one statement: one round trip per event,
-    the stream's row lock still ordering concurrent publishers. An event due at once is due on
-    the database's clock, which the relays read too: a web host whose clock runs ahead does not
-    hold its events back."""
-    connection = connections[using]
+def numbered_insert(row: OutboxMessage, *, connection, due_now: bool) -> tuple[str, list]:
+    """The one statement that numbers `row` in its stream and inserts it, with its parameters
+    (PostgreSQL). `manage.py bench` sends the same from bare psycopg as publish()'s reference."""
     fields = [f for f in OutboxMessage._meta.concrete_fields if not f.primary_key]
     computed = {"sequence": "(SELECT last_sequence FROM numbered)", **({"available_at": "now()"} if due_now else {})}
     quote = connection.ops.quote_name
@@ -125,14 +144,24 @@ def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
     params = [row.stream] + [
         f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields if f.attname not in computed
     ]
-    connection.ensure_connection()
-    # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
-    # would quote every value into the text of the statement and parse it anew each time.
     sql = (
         f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams)}) "
         f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) "
         "RETURNING id, sequence, available_at"
     )
+    return sql, params
+
+
+def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
+    """Number the row in its stream and insert it in one statement: one round trip per event,
+    the stream's row lock still ordering concurrent publishers. An event due at once is due on
+    the database's clock, which the relays read too: a web host whose clock runs ahead does not
+    hold its events back."""
+    connection = connections[using]
+    sql, params = numbered_insert(row, connection=connection, due_now=due_now)
+    connection.ensure_connection()
+    # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
+    # would quote every value into the text of the statement and parse it anew each time.
     with psycopg.Cursor(connection.connection) as cursor:
         if connection.queries_logged:  # DEBUG, or a test counting statements: logged as Django's own are
             with CursorDebugWrapper(cursor, connection).debug_sql(sql, params):

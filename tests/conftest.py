@@ -11,7 +11,7 @@ from delivery_project.broker import describe, reconnected_if_lost
 from drones.services import seed_fleet
 from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
-from tests.choreography import Choreography
+from harness.choreography import Choreography
 from tests.factories import BASE, Customer
 from tests.processes import listen_url_env, test_database_url
 

@@ -6,7 +6,7 @@ from drones import services
 from drones.models import Drone, FleetCheck
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
-from tests.choreography import Choreography
+from harness.choreography import Choreography
 from tests.factories import BASE
 
 

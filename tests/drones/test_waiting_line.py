@@ -14,7 +14,7 @@ from drones.models import Assignment, Drone
 from drones.scheduling import HEAD_OF_LINE, rank
 from outbox.models import OutboxMessage
 from packages.models import Package
-from tests.choreography import Choreography
+from harness.choreography import Choreography
 from tests.factories import BASE, delivery_request
 
 

@@ -11,6 +11,8 @@ from tests.processes import MANAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
+CPU_BY_KIND = ("cpu_web", "cpu_relay", "cpu_workers", "cpu_postgresql", "cpu_rabbitmq", "cpu_bench")
+
 
 def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_path):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"}
@@ -28,7 +30,10 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "raw_pipelined",
         "dramatiq_enqueue",
         "relay_1",
+        "statements_request",
+        "statements_delivery",
         "publish",
+        "publish_bare",
         "sweep",
         *(f"{to}_p{q}_at_20" for to in ("handler", "confirmed") for q in (50, 99)),
         "claim_empty",
@@ -36,16 +41,28 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "handler_empty",
         "handler_history",
         "prune",
+        "api_floor",
         "api_accepted",
         "api_p50",
         "api_p99",
+        "commit_ceiling",
         "end_to_end",
         "handler_runs",
+        "cpu_per_delivery",
+        *CPU_BY_KIND,
         "worker_rss_growth",
         "sweep_lag",
         "embedded_hop_p50",
         "embedded_hop_p99",
     }
+    # CPU by kind of process adds up to the whole; a kind idle for a second may read 0 (10-ms ticks).
+    by_kind = [result["figures"].pop(kind)["median"] for kind in CPU_BY_KIND]
+    assert min(by_kind) >= 0 and sum(by_kind) == pytest.approx(result["figures"]["cpu_per_delivery"]["median"])
+    assert result["figures"]["publish"]["reference"] == "publish_bare"
+    assert result["figures"]["api_accepted"]["reference"] == "api_floor"
+    assert result["figures"]["end_to_end"]["reference"] == "commit_ceiling"
+    assert len(result["statements_per_handler"]) == 13  # every (subscriber, event) of the happy path
+    assert sum(result["statements_per_handler"].values()) <= result["figures"]["statements_delivery"]["median"]
     growth = result["figures"].pop("worker_rss_growth")  # may be 0 or less
     assert result["figures"].pop("sweep_lag")["min"] >= 0  # 0 when it is never behind (the test's 1-s figure)
     assert result["figures"]["sweep"]["reference"] == "relay_1"

@@ -83,7 +83,7 @@ def test_a_handler_that_rejects_a_message_dead_letters_it_with_its_own_reason(wo
 
 
 def test_a_choreography_hand_over_fails_on_a_dead_letter_it_was_not_told_to_expect(db):
-    from tests.choreography import Choreography
+    from harness.choreography import Choreography
     from tests.probe.services import ping
 
     row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1, fail={'probe_b': 'always'}).pk}")

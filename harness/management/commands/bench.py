@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from harness import bench, bench_processes, bench_sweep
+from drones.services import seed_fleet
+from harness import bench, bench_floors, bench_processes, bench_sweep, statement_counts
 from harness.scratch import scratch_run
 from outbox.command_arguments import comma_separated, number, whole_number
 
@@ -85,7 +86,8 @@ class Command(BaseCommand):
                 settings.OUTBOX_QUEUE_PREFIX = scratch.queue_prefix
                 machine = bench.machine()
                 self.stdout.write(f"machine: {machine}")
-                figures = self._measure(
+                figures = self._measure_statements()
+                figures |= self._measure(
                     scratch,
                     events=events,
                     runs=runs,
@@ -136,8 +138,14 @@ class Command(BaseCommand):
                 f"relay_{n}": bench.Figure(f"relay, {n} process(es)", "messages/s", reference="raw_pipelined")
                 for n in relays
             },
+            "publish_bare": bench.Figure(
+                "publish()'s statement from bare psycopg (reference)", "events/s", note="500 a transaction"
+            ),
             "publish": bench.Figure(
-                "publish(), 500 events a transaction", "events/s", note="delivery.requested, ~800 B"
+                "publish(), 500 events a transaction",
+                "events/s",
+                reference="publish_bare",
+                note="delivery.requested, ~800 B",
             ),
             "sweep": bench.Figure(
                 "sweep, settling acknowledged copies",
@@ -160,6 +168,8 @@ class Command(BaseCommand):
             bench.empty_the_outbox_and_queues()
             figures["publish"].values.append(events / bench.publish_events(events))
             self._progress(figures["publish"])
+            figures["publish_bare"].values.append(events / bench_floors.bare_psycopg_publish(events))
+            self._progress(figures["publish_bare"])
             copies = bench.relayed_messages()
             figures["raw_pipelined"].values.append(len(copies) / bench.raw_pipelined_publish(copies))
             self._progress(figures["raw_pipelined"])
@@ -192,15 +202,20 @@ class Command(BaseCommand):
     def _measure_api(self, scratch, *, runs: int, workers, threads, clients, seconds) -> dict[str, bench.Figure]:
         server = f"gunicorn {workers} workers x {threads} threads, {clients} clients"
         figures = {
-            "api_accepted": bench.Figure(f"POST /api/deliveryrequests accepted ({server})", "requests/s"),
+            "api_floor": bench.Figure(f"GET /healthz, Django's floor (reference; {server})", "requests/s"),
+            "api_accepted": bench.Figure(
+                f"POST /api/deliveryrequests accepted ({server})", "requests/s", reference="api_floor"
+            ),
             "api_p50": bench.Figure("POST /api/deliveryrequests p50", "ms"),
             "api_p99": bench.Figure("POST /api/deliveryrequests p99", "ms"),
         }
         for _ in range(runs):
-            load = bench_processes.api_load(
+            floor, load = bench_processes.api_load(
                 workers=workers, threads=threads, clients=clients, seconds=seconds, env=scratch.env()
             )
-            if load.refused:
+            figures["api_floor"].values.append(floor.accepted_per_second)
+            if load.refused or floor.refused:
+                self.stdout.write(f"  /healthz answers other than 200 (status: count): {floor.refused}")
                 self.stdout.write(f"  answers other than 202 (status: count): {load.refused}")
             figures["api_accepted"].values.append(load.accepted_per_second)
             figures["api_p50"].values.append(bench.percentile(load.milliseconds, 50))
@@ -212,14 +227,30 @@ class Command(BaseCommand):
     def _measure_end_to_end(self, scratch, *, runs: int, deliveries: int, drones: int) -> dict[str, bench.Figure]:
         setup = f"{deliveries:,} deliveries, {drones:,} drones, instant flights"
         figures = {
-            "end_to_end": bench.Figure(f"delivered per second, end to end ({setup})", "deliveries/s"),
+            "commit_ceiling": bench.Figure(
+                "one-row commits/s / handler executions per delivery (reference)", "deliveries/s"
+            ),
+            "end_to_end": bench.Figure(
+                f"delivered per second, end to end ({setup})", "deliveries/s", reference="commit_ceiling"
+            ),
             "handler_runs": bench.Figure("handler executions per delivery", "runs"),
+            "cpu_per_delivery": bench.Figure("CPU per delivery, every process together", "ms"),
             "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
         }
         for _ in range(runs):
+            commits = bench_floors.one_row_commits()
             result = bench_processes.end_to_end(deliveries=deliveries, drones=drones, env=scratch.env())
             figures["end_to_end"].values.append(result.delivered_per_second)
             figures["handler_runs"].values.append(result.handler_runs / result.requested)
+            figures["commit_ceiling"].values.append(commits / figures["handler_runs"].values[-1])
+            figures["commit_ceiling"].note = f"last run: {commits:,.0f} one-row commits/s"
+            delivered = max(result.delivered, 1)
+            figures["cpu_per_delivery"].values.append(1000 * sum(result.cpu.values()) / delivered)
+            for kind, seconds in result.cpu.items():
+                key = "cpu_" + kind.split()[0].lower()
+                figures.setdefault(key, bench.Figure(f"  of which {kind}", "ms")).values.append(
+                    1000 * seconds / delivered
+                )
             figures["end_to_end"].note = f"last run: {result.delivered:,} of {result.requested:,} delivered"
             (handled_then, rss_then), (handled_now, rss_now) = result.worker_rss
             figures["worker_rss_growth"].values.append(rss_now - rss_then)
@@ -229,6 +260,29 @@ class Command(BaseCommand):
             )
             for figure in figures.values():
                 self._progress(figure)
+        return figures
+
+    def _measure_statements(self) -> dict[str, bench.Figure]:
+        """Statements of one delivery's happy path, driven synchronously (harness.statement_counts)."""
+        seed_fleet(count=3, latitude=bench.BASE[0], longitude=bench.BASE[1])
+        counted = statement_counts.one_delivery()
+        self.statements = {f"{subscriber} {event_type}": n for (subscriber, event_type), n in counted.handlers.items()}
+        self.stdout.write("statements per handler execution (happy path):")
+        for (subscriber, event_type), statements in counted.handlers.items():
+            runs = counted.runs[(subscriber, event_type)]
+            self.stdout.write(
+                f"  {subscriber:<14} {event_type:<26} {statements:>3}" + (f"  x {runs}" if runs > 1 else "")
+            )
+        figures = {
+            "statements_request": bench.Figure("statements per accepted POST /api/deliveryrequests", "statements"),
+            "statements_delivery": bench.Figure(
+                f"statements per delivery, its {counted.executions} handler executions", "statements"
+            ),
+        }
+        figures["statements_request"].values.append(len(counted.request))
+        figures["statements_delivery"].values.append(counted.per_delivery)
+        for figure in figures.values():
+            self._progress(figure)
         return figures
 
     def _measure_embedded(self, *, runs: int, deliveries: int, rate: float) -> dict[str, bench.Figure]:
@@ -296,6 +350,7 @@ class Command(BaseCommand):
             "when": stamp,
             "machine": machine,
             "conditions": conditions,
+            "statements_per_handler": getattr(self, "statements", {}),
             "figures": {k: f.as_dict() for k, f in figures.items()},
         }
         path.write_text(json.dumps(result, indent=2))
