@@ -9,9 +9,9 @@ from django.test.testcases import QuietWSGIRequestHandler
 
 from delivery_project.broker import describe, reconnected_if_lost
 from drones.services import seed_fleet
+from harness.choreography import Choreography
 from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
-from harness.choreography import Choreography
 from tests.factories import BASE, Customer
 from tests.processes import listen_url_env, test_database_url
 

@@ -4,9 +4,9 @@ from django.conf import settings
 
 from drones import services
 from drones.models import Drone, FleetCheck
+from harness.choreography import Choreography
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
-from harness.choreography import Choreography
 from tests.factories import BASE
 
 

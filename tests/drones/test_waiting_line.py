@@ -12,9 +12,9 @@ from drones import services
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
 from drones.scheduling import HEAD_OF_LINE, rank
+from harness.choreography import Choreography
 from outbox.models import OutboxMessage
 from packages.models import Package
-from harness.choreography import Choreography
 from tests.factories import BASE, delivery_request
 
 
