@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from deliveries.events import DeliveryCompleted, DeliveryConfirmationRequested, DeliveryConfirmationTimedOut
 from deliveries.models import Customer, Delivery
 from deliveries.transitions import Status, TooLate, announce, fail, locked
+from outbox.publishing import atomic
 
 
 def await_confirmation(delivery: Delivery) -> None:
@@ -41,7 +41,7 @@ def _digest(token: str) -> str:
 def issue_confirmation_token(*, delivery_id: UUID, customer: Customer) -> str:
     """A new task token for a delivery awaiting confirmation, returned once and stored as a hash;
     any token issued before it stops working."""
-    with transaction.atomic():
+    with atomic():
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status != Status.AWAITING_CONFIRMATION:
             raise TooLate(delivery.status, "given a confirmation token")
@@ -71,7 +71,7 @@ class Confirmation:
 def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Confirmation) -> Delivery:
     """Complete a delivery awaiting confirmation with its task token: single-use, bound to this
     delivery and to the confirmation type it asked for."""
-    with transaction.atomic():
+    with atomic():
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status != Status.AWAITING_CONFIRMATION:
             raise TooLate(delivery.status, "confirmed")
@@ -97,7 +97,7 @@ def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Con
 
 def confirmation_timed_out(*, delivery_id: UUID, token_id: UUID) -> Delivery | None:
     """No confirmation in time: failed, and the drone takes the package back (drones context)."""
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is None or delivery.status != Status.AWAITING_CONFIRMATION:
             return delivery

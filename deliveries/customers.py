@@ -6,16 +6,16 @@ A token is shown once and stored only hashed, with its first characters to tell 
 import secrets
 from datetime import timedelta
 
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from deliveries.models import Customer, CustomerToken
+from outbox.publishing import atomic
 
 
 def create_customer(*, name: str, expires_in_days: float | None = None) -> tuple[Customer, str]:
     """Create a customer and return its bearer token, which is shown once and stored only hashed."""
-    with transaction.atomic():
+    with atomic():
         customer = Customer.objects.create(name=name)
         _, token = issue_token(customer, expires_in_days=expires_in_days)
     return customer, token
@@ -36,7 +36,7 @@ def rotate_customer_token(
     """Issue a new token; the customer's other tokens stop working at once, or after
     `grace_minutes` so that its clients can switch over. Returns the new token and its value."""
     now = timezone.now()
-    with transaction.atomic():
+    with atomic():
         old = CustomerToken.objects.select_for_update().filter(customer=customer, revoked_at__isnull=True)
         if grace_minutes > 0:
             ends = now + timedelta(minutes=grace_minutes)
@@ -48,7 +48,7 @@ def rotate_customer_token(
 
 def revoke_customer_tokens(*, customer: Customer) -> int:
     """Every token of the customer stops working now; the rows stay, for the record."""
-    with transaction.atomic():
+    with atomic():
         return CustomerToken.objects.filter(customer=customer, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )

@@ -2,20 +2,20 @@
 
 from uuid import UUID
 
-from django.db import transaction
 from django.utils import timezone
 
 from deliveries.confirmation import await_confirmation
 from deliveries.events import DeliveryCompleted
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
+from outbox.publishing import atomic
 
 LATE = "late"  # the status reason of a delivery that reached its drop-off after its deadline
 
 
 def record_position(*, delivery_id: UUID, location: dict) -> Delivery | None:
     """Apply a position report (its handler is ordered: a stale report never gets here)."""
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is None or delivery.status != Status.IN_TRANSIT:
             return delivery
@@ -28,7 +28,7 @@ def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
     """The drone is at the drop-off: delivered, or, when a confirmation is required, waiting for
     it with a task token issued and a timer set. Arriving after the deadline is `late`, said in the
     status reason the customer reads, never reported as on time."""
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is None or delivery.status != Status.IN_TRANSIT:
             return delivery

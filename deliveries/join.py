@@ -5,16 +5,16 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from deliveries.events import DeliveryDispatched, DeliveryWaitTimedOut
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
+from outbox.publishing import atomic
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is None or delivery.is_terminal:
             return delivery
@@ -34,7 +34,7 @@ def record_drone_scheduled(
     at: datetime | None = None,
 ) -> Delivery | None:
     """A drone is reserved (`at`): the first half of the join, or a new drone after the last was grounded."""
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is None or delivery.is_terminal or round != delivery.schedule_round:
             return delivery  # the drone context releases it on delivery.failed/cancelled or the reschedule
@@ -57,7 +57,7 @@ def record_waiting(
     off stays in transit, drone-less, and gets that timer whatever its deadline: the deadline no
     longer fails a delivery that has left.
     """
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is None or round != delivery.schedule_round:
             return delivery

@@ -3,7 +3,6 @@
 from datetime import datetime
 from uuid import UUID
 
-from django.db import transaction
 from django.utils import timezone
 
 from deliveries.deadlines import unmeetable
@@ -11,6 +10,7 @@ from deliveries.events import DeliveryRescheduled, Location, priority_of
 from deliveries.models import Customer, Delivery
 from deliveries.timers import set_timers
 from deliveries.transitions import Status, TooLate, announce
+from outbox.publishing import atomic
 
 
 class InvalidReschedule(ValueError):
@@ -29,7 +29,7 @@ def reschedule_delivery(
     dropoff: dict | None = None,
 ) -> Delivery:
     """Change times or places before dispatch; new places or a new pickup time start another scheduling round."""
-    with transaction.atomic():
+    with atomic():
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status not in Delivery.BEFORE_DISPATCH:
             raise TooLate(delivery.status, "rescheduled")

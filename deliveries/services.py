@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequested, Location, PackageInfo, priority_of
 from deliveries.models import Customer, Delivery
 from deliveries.timers import set_timers
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
+from outbox.publishing import atomic
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def request_delivery(
         if earlier:
             return _repeated(earlier, fingerprint), False
     try:
-        with transaction.atomic():
+        with atomic():
             if idempotency_key and not _hold_the_key(customer, idempotency_key):
                 raise IdempotencyKeyInFlight("a request with this Idempotency-Key is still being processed")
             delivery = Delivery(
@@ -146,7 +147,7 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str
 
     `customer` None is an operator acting from the admin, on any customer's delivery.
     """
-    with transaction.atomic():
+    with atomic():
         deliveries = Delivery.objects.select_for_update()
         delivery = deliveries.get(id=delivery_id, **({"customer": customer} if customer else {}))
         if delivery.status == Status.CANCELLED:
@@ -164,7 +165,7 @@ def record_failure(*, delivery_id: UUID, reason: str, round: int | None = None) 
 
     `round` is the scheduling round a refusal answers; one for a round since rescheduled is moot.
     """
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is not None and round in (None, delivery.schedule_round):
             fail(delivery, reason)
@@ -173,7 +174,7 @@ def record_failure(*, delivery_id: UUID, reason: str, round: int | None = None) 
 
 
 def record_compensation(*, delivery_id: UUID, done: str) -> None:
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is not None and done not in delivery.compensations:
             delivery.compensations = [*delivery.compensations, done]
@@ -192,7 +193,7 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
     deliveries = Delivery.objects.filter(id=delivery_id, status__in=Delivery.BEFORE_DISPATCH)
     if schedule_round is not None:
         deliveries = deliveries.filter(schedule_round=schedule_round)
-    with transaction.atomic():
+    with atomic():
         failed = deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
         if failed:
             announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason))

@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from deliveries.events import DeliveryDeadlinePassed, DeliveryJoinTimedOut
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, fail, locked
+from outbox.publishing import atomic
 
 
 def set_timers(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> None:
@@ -48,7 +48,7 @@ def expire_join(*, delivery_id: UUID, round: int = 1) -> Delivery | None:
 def expire_wait(*, delivery_id: UUID, round: int) -> Delivery | None:
     """The longest wait for a drone is over: a delivery still in line fails with no_drone_available,
     as does one dispatched whose drone was grounded and that has not got another since."""
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         drone_less = delivery is not None and (
             delivery.status == Status.WAITING_FOR_DRONE
@@ -66,7 +66,7 @@ def expire_deadline(*, delivery_id: UUID, deadline: datetime | None = None) -> D
 
 
 def fail_if_not_dispatched(delivery_id: UUID, reason: str, *, still: Callable[[Delivery], bool]) -> Delivery | None:
-    with transaction.atomic():
+    with atomic():
         delivery = locked(delivery_id)
         if delivery is not None and delivery.status in Delivery.BEFORE_DISPATCH and still(delivery):
             fail(delivery, reason)

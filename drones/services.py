@@ -5,7 +5,6 @@ import uuid
 from datetime import datetime
 from uuid import UUID
 
-from django.db import transaction
 from django.utils import timezone
 
 from drones import fleet_check, scheduling
@@ -13,7 +12,7 @@ from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToSe
 from drones.flights import take_off
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
-from outbox.publishing import publish
+from outbox.publishing import atomic, publish
 
 FLEET_NAMESPACE = uuid.UUID("6f1c9f5e-4a35-4c1e-9a53-0d2a3c1b8e77")
 BEFORE_TAKEOFF = (Assignment.Status.PLANNED, Assignment.Status.WAITING, Assignment.Status.RESERVED)
@@ -67,7 +66,7 @@ def schedule_drone(
     deadline: datetime | None = None,
 ) -> Assignment:
     """Reserve the nearest free drone that can fly it, plan a later pickup, put it in line, or say why never."""
-    with transaction.atomic():
+    with atomic():
         existing = _locked(delivery_id)
         if existing is not None:  # handled before, rescheduled first, or the delivery already ended (tombstone)
             return _untouched(existing)
@@ -103,7 +102,7 @@ def reschedule_drone(
     delivery planned again. A new deadline alone keeps the round and only moves its place in line;
     of two such changes arriving out of order, the older is moot.
     """
-    with transaction.atomic():
+    with atomic():
         existing = _locked(delivery_id)
         if existing is not None and existing.round >= round:
             if existing.round == round and change > existing.change:
@@ -143,7 +142,7 @@ def _move_deadline(assignment: Assignment, deadline: datetime | None) -> None:
 
 def reserve_planned(*, delivery_id: UUID, round: int) -> Assignment | None:
     """The timer of a later pickup fired: reserve a drone in time for it, or put it in line."""
-    with transaction.atomic():
+    with atomic():
         assignment = _locked(delivery_id)
         if assignment is None or assignment.status != Assignment.Status.PLANNED or assignment.round != round:
             return _untouched(assignment)  # cancelled, rescheduled or re-planned since
@@ -153,7 +152,7 @@ def reserve_planned(*, delivery_id: UUID, round: int) -> Assignment | None:
 
 def start_flight(*, delivery_id: UUID) -> Assignment | None:
     """The delivery is dispatched: take off (at the planned time for a later pickup)."""
-    with transaction.atomic():
+    with atomic():
         assignment = _locked(delivery_id)
         if assignment is None:
             return None
@@ -173,7 +172,7 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
     Idempotent. A delivery that ended before it was scheduled leaves a released tombstone, so the
     late `delivery.requested` cannot reserve a drone for it; one still in line leaves the line.
     """
-    with transaction.atomic():
+    with atomic():
         assignment, created = Assignment.objects.select_for_update().get_or_create(
             delivery_id=delivery_id, defaults={"status": Assignment.Status.RELEASED, "reason": reason}
         )
@@ -202,7 +201,7 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
 
 def park_at_base(*, drone_id: UUID, mission: int) -> Drone | None:
     """A drone with nothing to do has flown home; from there it may reach deliveries it could not before."""
-    with transaction.atomic():
+    with atomic():
         drone = Drone.objects.select_for_update().filter(pk=drone_id).first()
         if drone is None or drone.missions != mission or drone.status != Drone.Status.AVAILABLE:
             if drone is not None:  # it took another delivery (or was grounded) before it got home
@@ -234,7 +233,7 @@ def seed_fleet(
         angle, ring = 2 * math.pi * i / max(count, 1), spread_km * (0.3 + 0.7 * ((i * 7) % 10) / 10)
         lat = latitude + (ring / 111.32) * math.sin(angle)
         lon = longitude + (ring / (111.32 * math.cos(math.radians(latitude)))) * math.cos(angle)
-        with transaction.atomic():
+        with atomic():
             drone, was_created = Drone.objects.get_or_create(
                 name=name,
                 defaults={
@@ -264,7 +263,7 @@ def ground_drone(*, drone_id: UUID) -> Drone:
     An idle drone is simply grounded; a reserved one that has not taken off gives its delivery
     back to the head of the line (or straight to another free drone); one in flight is refused.
     """
-    with transaction.atomic():
+    with atomic():
         holding = Drone.objects.values_list("delivery_id", flat=True).get(pk=drone_id)
         assignment = _locked(holding) if holding else None  # the assignment first: start_flight's lock order
         drone = Drone.objects.select_for_update().get(pk=drone_id)
@@ -291,7 +290,7 @@ def ground_drone(*, drone_id: UUID) -> Drone:
 
 def return_drone_to_service(*, drone_id: UUID) -> Drone:
     """Back from maintenance, free: it takes the first delivery in line it can fly."""
-    with transaction.atomic():
+    with atomic():
         drone = Drone.objects.select_for_update().get(pk=drone_id)
         back = drone.status == Drone.Status.MAINTENANCE
         if back:
@@ -306,5 +305,5 @@ def return_drone_to_service(*, drone_id: UUID) -> Drone:
 
 def check_fleet(*, generation: int) -> int:
     """The fleet check's timer fired: free drones are offered to the waiting line (drones.fleet_check)."""
-    with transaction.atomic():
+    with atomic():
         return fleet_check.check(generation=generation, now=timezone.now())

@@ -43,6 +43,7 @@ class Counted:
     handlers: dict[tuple[str, str], int]  # (subscriber, event type) -> the most statements of one execution
     runs: dict[tuple[str, str], int]  # (subscriber, event type) -> its executions in the delivery
     request: list[str]  # the accepted POST's statements
+    sql: dict[tuple[str, str], list[str]]  # the statements of each one's longest execution
 
     @property
     def executions(self) -> int:
@@ -78,4 +79,5 @@ def one_delivery(*, client: Client | None = None, body: dict | None = None) -> C
         handlers={key: max(map(len, runs)) for key, runs in executions},
         runs={key: len(runs) for key, runs in executions},
         request=[q["sql"] for q in request.captured_queries],
+        sql={key: max(runs, key=len) for key, runs in executions},
     )

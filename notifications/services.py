@@ -5,13 +5,13 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from notifications.events import NotificationDue
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.publishing import publish
+from outbox.publishing import atomic, publish
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def notify(*, delivery_id: UUID, kind: str, reason: str = "") -> Notification:
     """Record one notification per (delivery, kind) and, for every notify-me request of the
     delivery, one message per channel, each announced by its own `notification.due`. A repeated
     event finds them there and announces nothing again."""
-    with transaction.atomic():
+    with atomic():
         text = MESSAGES[kind].format(reason=reason)
         notification, _ = Notification.objects.get_or_create(
             delivery_id=delivery_id, kind=kind, defaults={"message": text}
@@ -48,7 +48,7 @@ def send_message(*, sent_message_id: int) -> SentMessage | None:
     """Send one message, once: a failed send raises, and the event is retried (then
     dead-lettered, and a replay sends it). Only a crash between a send that went out and the
     commit of its `sent_at` would send it twice."""
-    with transaction.atomic():
+    with atomic():
         message = SentMessage.objects.select_for_update().select_related("request").filter(pk=sent_message_id).first()
         if message is None or message.sent_at is not None:
             return message
@@ -70,7 +70,7 @@ class TooManyRequests(Exception):
 def request_notifications(*, delivery_id: UUID, email_address: str = "", sms: str = "") -> NotifyMeRequest:
     """Keep a notify-me request, within the delivery's cap. Concurrent requests for one delivery are
     counted one after another (a lock on the delivery's requests), or each could see room left."""
-    with transaction.atomic():
+    with atomic():
         _lock_the_requests_of(delivery_id)
         limit = settings.NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY
         if NotifyMeRequest.objects.filter(delivery_id=delivery_id).count() >= limit:

@@ -3,9 +3,8 @@
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
 
-from outbox.publishing import publish
+from outbox.publishing import atomic, publish
 from packages.events import PackageCancelled, PackageReady, PackageRejected
 from packages.models import Package
 
@@ -28,7 +27,7 @@ def fitness_problem(*, size: str, weight_kg: float) -> str | None:
 
 def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_kg: float, tag: str = "") -> Package:
     """Create the delivery's package and say whether it can fly; a repeated request changes nothing."""
-    with transaction.atomic():
+    with atomic():
         existing = Package.objects.select_for_update().filter(delivery_id=delivery_id).first()
         if existing is not None:  # the same request again, or a delivery that already ended
             return existing
@@ -56,14 +55,14 @@ def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_k
 
 
 def mark_in_transit(*, delivery_id: UUID) -> None:
-    with transaction.atomic():
+    with atomic():
         Package.objects.filter(delivery_id=delivery_id, status=Package.Status.READY).update(
             status=Package.Status.IN_TRANSIT
         )
 
 
 def mark_delivered(*, delivery_id: UUID) -> None:
-    with transaction.atomic():
+    with atomic():
         Package.objects.filter(delivery_id=delivery_id).exclude(status=Package.Status.CANCELLED).update(
             status=Package.Status.DELIVERED
         )
@@ -75,7 +74,7 @@ def cancel_package(*, delivery_id: UUID, reason: str) -> Package:
     A delivery that ended before its package was registered leaves a cancelled tombstone,
     so the late `delivery.requested` cannot make a package ready again.
     """
-    with transaction.atomic():
+    with atomic():
         package, created = Package.objects.select_for_update().get_or_create(
             delivery_id=delivery_id, defaults={"status": Package.Status.CANCELLED, "reason": reason}
         )

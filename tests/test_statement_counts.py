@@ -16,19 +16,19 @@ pytestmark = [pytest.mark.postgres]
 # (subscriber, event type) -> statements of one handler execution on the happy path: drone first,
 # then the package, then the flight to its end (tests/deliveries/test_choreography.py's first test).
 HANDLER_STATEMENTS = {
-    ("deliveries", "drone.arrived"): 8,
-    ("deliveries", "drone.position_reported"): 9,
-    ("deliveries", "drone.released"): 7,
-    ("deliveries", "drone.scheduled"): 9,
-    ("deliveries", "package.ready"): 8,
-    ("drones", "delivery.completed"): 14,
-    ("drones", "delivery.dispatched"): 13,
-    ("drones", "delivery.requested"): 12,
-    ("notifications", "delivery.completed"): 10,
-    ("notifications", "delivery.dispatched"): 10,
-    ("packages", "delivery.completed"): 6,
-    ("packages", "delivery.dispatched"): 6,
-    ("packages", "delivery.requested"): 8,
+    ("deliveries", "drone.arrived"): 6,
+    ("deliveries", "drone.position_reported"): 7,
+    ("deliveries", "drone.released"): 5,
+    ("deliveries", "drone.scheduled"): 7,
+    ("deliveries", "package.ready"): 6,
+    ("drones", "delivery.completed"): 12,
+    ("drones", "delivery.dispatched"): 11,
+    ("drones", "delivery.requested"): 10,
+    ("notifications", "delivery.completed"): 8,
+    ("notifications", "delivery.dispatched"): 8,
+    ("packages", "delivery.completed"): 4,
+    ("packages", "delivery.dispatched"): 4,
+    ("packages", "delivery.requested"): 6,
 }
 # POST /api/deliveryrequests, accepted: token, rate limit, idempotency, the delivery, its events.
 REQUEST_STATEMENTS = 9
