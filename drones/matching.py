@@ -166,6 +166,11 @@ def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
     locks the first of those heads; walking the whole line would read every parcel too heavy
     for it. Should another scheduler have taken that head meanwhile, the walk decides.
     """
+    if not Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
+        # Nobody waits (the common case below saturation): one probe of the waiting line's partial
+        # index answers, instead of building, compiling and running the walk below (21 ms of a
+        # worker's CPU, most of it Django's, for every drone that became free).
+        return None
     carried = [n for n, low in enumerate((0.0, *WEIGHT_CLASSES)) if low < drone.max_payload_kg]
     if connection.vendor != "postgresql" or len(carried) > len(WEIGHT_CLASSES):
         return line_for(drone, now=now).first()
