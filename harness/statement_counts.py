@@ -9,7 +9,7 @@ BEGIN, COMMIT and savepoints count: Django's query log has them, and they are ro
 
 from collections import defaultdict
 from dataclasses import dataclass
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from django.db import connection
 from django.test import Client
@@ -61,7 +61,7 @@ def one_delivery(*, client: Client | None = None, body: dict | None = None) -> C
     or what the API bench sends) and take it to its end, counting statements. Needs a free drone
     near harness.bench.BASE."""
     if client is None:
-        _, token = create_customer(name="statement-count")
+        _, token = create_customer(name=f"statement-count-{uuid4().hex[:8]}")
         client = Client(headers={"Authorization": f"Bearer {token}"})
     with CaptureQueriesContext(connection) as request:
         response = client.post("/api/deliveryrequests", body or a_request_body(), content_type="application/json")

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.postgres]
 # then the package, then the flight to its end (tests/deliveries/test_choreography.py's first test).
 HANDLER_STATEMENTS = {
     ("deliveries", "drone.arrived"): 6,
-    ("deliveries", "drone.position_reported"): 7,
+    ("deliveries", "drone.position_reported"): 6,
     ("deliveries", "drone.released"): 5,
     ("deliveries", "drone.scheduled"): 7,
     ("deliveries", "package.ready"): 6,
