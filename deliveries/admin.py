@@ -3,10 +3,13 @@ from uuid import UUID
 
 from django.contrib import admin, messages
 from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from deliveries import selectors, services
 from deliveries.models import Customer, CustomerToken, Delivery, OverdueDelivery
+from deliveries.timeline_picture import timeline_svg
 from deliveries.transitions import TooLate
 from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
 
@@ -61,6 +64,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "confirmation",
         "created_at",
         "updated_at",
+        "sequence_diagram",
         "event_timeline",
     ]
     fields = readonly_fields
@@ -104,6 +108,15 @@ class DeliveryAdmin(ReadOnlyAdmin):
     @admin.display(description="timeline")
     def timeline(self, delivery):
         return timeline_link(delivery.id)
+
+    @admin.display(description="sequence diagram")
+    def sequence_diagram(self, delivery):
+        def letter(pk: int) -> str:
+            return reverse("admin:outbox_deadletter_change", args=[pk])
+
+        # Drawn by outbox.svg, which escapes every text it is given.
+        picture = timeline_svg(delivery, dead_letter_link=letter)
+        return mark_safe(f'<div style="overflow-x:auto">{picture}</div>')
 
     @admin.display(description="timeline")
     def event_timeline(self, delivery):

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from typing import Literal
 from uuid import UUID, uuid4
 
 from django.conf import settings
@@ -13,8 +14,9 @@ from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationEr
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
-from deliveries import confirmation, rescheduling, selectors, services
+from deliveries import confirmation, rescheduling, selectors, services, timeline_picture
 from deliveries.models import Customer, Delivery
+from deliveries.openapi import SVG_ANSWER, links_to_the_delivery
 from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.schemas import (
     ConfirmationIn,
@@ -241,38 +243,12 @@ def _status(delivery: Delivery) -> dict:
     }
 
 
-def _links_to_the_delivery() -> dict:
-    """OpenAPI links: the accepted delivery's id feeds every operation on it, so clients and
-    tools that follow links (schemathesis's stateful phase among them) can chain the calls."""
-    operations = [
-        "get_delivery",
-        "get_status",
-        "get_timeline",
-        "reschedule_delivery",
-        "cancel_delivery",
-        "confirm_delivery",
-    ]
-    return {
-        "responses": {
-            "202": {
-                "links": {
-                    name: {
-                        "operationId": f"deliveries_api_{name}",
-                        "parameters": {"delivery_id": "$response.body#/deliveryId"},
-                    }
-                    for name in operations
-                }
-            }
-        }
-    }
-
-
 @api.post(
     "/deliveryrequests",
     response={202: DeliveryAccepted, **ERRORS},
     by_alias=True,
     summary="Request a delivery",
-    openapi_extra=_links_to_the_delivery(),
+    openapi_extra=links_to_the_delivery(),
 )
 def request_delivery(
     request,
@@ -354,9 +330,14 @@ def get_status(request, delivery_id: UUID):
     response={200: list[TimelineEvent], **ERRORS},
     by_alias=True,
     summary="Every event of the delivery in causal order, with who processed it",
+    description="JSON by default; the same as a sequence diagram with `?format=svg` or `Accept: image/svg+xml`.",
+    openapi_extra=SVG_ANSWER,
 )
-def get_timeline(request, delivery_id: UUID):
-    return Status(200, selectors.timeline(_own(request, delivery_id)))
+def get_timeline(request, delivery_id: UUID, format: Literal["json", "svg"] | None = None):
+    delivery = _own(request, delivery_id)
+    if timeline_picture.wants_svg(request, format):
+        return HttpResponse(timeline_picture.timeline_svg(delivery), content_type=timeline_picture.SVG)
+    return Status(200, selectors.timeline(delivery))
 
 
 @api.patch(

@@ -37,13 +37,14 @@ def overdue_deliveries() -> QuerySet[Delivery]:
     ).order_by(Coalesce("eta", "updated_at"))
 
 
-def timeline(delivery: Delivery) -> list[dict]:
-    """The delivery's events: its id is the correlation id of everything it caused.
+def timeline(delivery: Delivery, *, scheduled: bool = False) -> list[dict]:
+    """The delivery's events (with `scheduled`, its timers still to fire): its id is the
+    correlation id of everything it caused.
 
     An event caused by another story (a drone freed by someone else's delivery taking this one)
     names no cause here: that message is not this customer's to see.
     """
-    events = correlation_timeline(delivery.id)
+    events = correlation_timeline(delivery.id, scheduled=scheduled)
     own = {event["message_id"] for event in events}
     return [
         {**event, "causation_id": event["causation_id"] if event["causation_id"] in own else None} for event in events

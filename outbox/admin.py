@@ -12,7 +12,10 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 
+from outbox import choreography_map
 from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.heartbeats import silent, silent_since
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, StreamCursor
@@ -135,6 +138,13 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "title": "Messaging overview",
+            "choreography": mark_safe(  # drawn by outbox.svg, which escapes every text it is given
+                choreography_map.to_svg(
+                    choreography_map.graph(),
+                    counts=choreography_map.edge_counts(since=now - timedelta(hours=1)),
+                    links=_edge_links,
+                )
+            ),
             "pending": pending,
             "inbox": InboxMessage.objects.values("subscriber")
             .annotate(processed=Count("id"), duplicates=Sum("duplicates"))
@@ -301,3 +311,14 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/outbox/discard.html", context)
+
+
+def _edge_links(subscriber: str, event_type: str) -> tuple[str, str]:
+    """The choreography map's counts link to the messages they count."""
+    inbox = (
+        reverse("admin:outbox_inboxmessage_changelist")
+        + "?"
+        + urlencode({"subscriber": subscriber, "type": event_type})
+    )
+    query = urlencode({"status__exact": "open", "subscriber": subscriber, "type": event_type})
+    return inbox, reverse("admin:outbox_deadletter_changelist") + "?" + query

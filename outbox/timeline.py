@@ -8,19 +8,22 @@ from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.subscriptions import subscribers_of
 
 
-def correlation_timeline(correlation_id: UUID) -> list[dict]:
+def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> list[dict]:
     """Every event of the correlation that has happened, in causal order, with who processed it.
 
     A child event is appended while its cause is being handled, after the cause committed,
-    so outbox id order is a causal order. Events scheduled for later have not happened yet;
-    replays (copies for one subscriber) are folded into their original.
+    so outbox id order is a causal order. Events scheduled for later have not happened yet:
+    with `scheduled` they are listed too, marked so (a timer still pending). Replays (copies
+    for one subscriber) are folded into their original, as the time each subscriber's was sent.
     """
-    events = list(
-        OutboxMessage.objects.filter(
-            correlation_id=correlation_id, available_at__lte=timezone.now(), target_subscriber=""
-        ).order_by("id")
-    )
+    rows = OutboxMessage.objects.filter(correlation_id=correlation_id, target_subscriber="")
+    now = timezone.now()
+    events = list((rows if scheduled else rows.filter(available_at__lte=now)).order_by("id"))
     ids = [e.message_id for e in events]
+    replayed = {
+        (row.message_id, row.target_subscriber): row.available_at
+        for row in OutboxMessage.objects.filter(message_id__in=ids).exclude(target_subscriber="")
+    }
     processed: dict[UUID, dict[str, InboxMessage]] = {}
     for row in InboxMessage.objects.filter(message_id__in=ids):
         processed.setdefault(row.message_id, {})[row.subscriber] = row
@@ -38,13 +41,35 @@ def correlation_timeline(correlation_id: UUID) -> list[dict]:
             "stream": e.stream,
             "sequence": e.sequence,
             "relayed_at": e.published_at,
+            "scheduled": e.available_at > now,
             "subscribers": [
-                _handling(s, processed.get(e.message_id, {}).get(s), dead.get(e.message_id, {}).get(s))
+                {
+                    **_handling(s, processed.get(e.message_id, {}).get(s), dead.get(e.message_id, {}).get(s)),
+                    **_history(processed.get(e.message_id, {}).get(s), dead.get(e.message_id, {}).get(s)),
+                    "replayed_at": replayed.get((e.message_id, s)),
+                }
                 for s in (e.recipients or subscribers_of(e.type))
             ],
         }
         for e in events
     ]
+
+
+def _history(inbox: InboxMessage | None, letter: DeadLetter | None) -> dict:
+    """What the outcome alone hides: copies skipped as duplicates, and a dead letter since
+    resolved (the sequence diagram draws both; the JSON of the API leaves them out)."""
+    return {
+        "duplicates": inbox.duplicates if inbox is not None else 0,
+        "dead_letter": None
+        if letter is None
+        else {
+            "id": letter.pk,
+            "reason": letter.reason,
+            "attempts": letter.attempts,
+            "status": letter.status,
+            "first_failed_at": letter.first_failed_at,
+        },
+    }
 
 
 def _handling(subscriber: str, inbox: InboxMessage | None, letter: DeadLetter | None) -> dict:

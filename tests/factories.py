@@ -90,3 +90,25 @@ def requested(customer) -> UUID:
     response = customer.request()
     assert response.status_code == 202, response.json()
     return UUID(response.json()["deliveryId"])
+
+
+def dead_letter_then_replay(choreography, delivery_id: UUID, monkeypatch) -> DeadLetter:
+    """Take the delivery to its end with notifications failing `delivery.dispatched` (dead-lettered
+    at once outside a worker), then replay the letter and process the replay: a delivery whose
+    story holds a red copy and its replay. The letter, as it is after the replay."""
+    from outbox.dead_letter_actions import replay_dead_letter
+    from outbox.dispatch import dispatch
+
+    def broken(**kwargs):
+        raise RuntimeError("the SMS gateway is down")
+
+    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+    [dispatched] = choreography.pending(delivery_id, "delivery.dispatched")
+    with monkeypatch.context() as patched:
+        patched.setattr("notifications.handlers.notify", broken)
+        choreography.hand_over(dispatched, dead_letter_expected=True)
+    choreography.settle(delivery_id)
+    letter = DeadLetter.objects.get(subscriber="notifications", type="delivery.dispatched", correlation_id=delivery_id)
+    dispatch(subscriber="notifications", body=replay_dead_letter(letter_id=letter.pk, by="operator").envelope())
+    letter.refresh_from_db()
+    return letter

@@ -3,8 +3,8 @@ before it does anything, in one readable line and a non-zero exit status, never 
 
 Each case runs the command as the operator would, in a process of its own on this run's database,
 or through call_command where that is the same and quicker, and checks that nothing was made or
-changed. `create_roles` and `show_routes` take no values of their own: their case is an unknown
-option, which argparse refused already."""
+changed. `create_roles` takes no values of its own: its case is an unknown option, which argparse
+refused already."""
 
 import subprocess
 import threading
@@ -47,7 +47,7 @@ NONSENSE = [
     ),
     (["dead_letters", "discard", "{letter}"], "discard needs a --note saying why", CALLED),
     (["export_event_schemas", "--directory", "{a_file}"], "cannot write the event schemas to {a_file}", CALLED),
-    (["show_routes", "--bogus"], "unrecognized arguments: --bogus", CALLED),
+    (["show_routes", "--format", "png"], "argument --format: invalid choice: 'png'", CALLED),
     (["create_roles", "--bogus"], "unrecognized arguments: --bogus", CALLED),
     (["run_all", "--addr", "nonsense"], "argument --addr: 'nonsense' is not HOST:PORT", ALONE),
     (["rundramatiq", "--processes", "0"], "argument --processes/-p: must be at least 1, not 0", ALONE),

@@ -16,7 +16,7 @@ from django.db import connections
 from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.models import DeadLetter
-from tests.factories import requested
+from tests.factories import dead_letter_then_replay, requested
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
 from tests.waiting import wait_until
@@ -138,3 +138,37 @@ def test_an_operator_finds_the_overview_on_the_index_and_follows_a_delivery_to_i
 
     page.wait_for_url(f"**/delivery/{delivery_id}/change/")
     assert "Delivered" in page.inner_text(".field-status")
+
+
+def test_the_console_draws_a_delivery_as_a_sequence_diagram_and_the_choreography_as_a_map(
+    live_server, customer, fleet, choreography, browser, screenshots, monkeypatch
+):
+    """One delivery dead-lettered on its way and replayed, one delivered plainly: the pictures
+    an operator reads instead of tables."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    plain = requested(customer)
+    choreography.settle(plain)
+    troubled = requested(customer)
+    letter = dead_letter_then_replay(choreography, troubled, monkeypatch)
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    log_in(page, live_server, f"/admin/deliveries/delivery/{troubled}/change/")
+    diagram = page.locator("svg.sequence")
+    diagram.wait_for()
+    lanes = diagram.locator(".lane-head").all_text_contents()
+    assert lanes == ["customer (API)", "deliveries", "packages", "drones", "notifications"]
+    drawn = diagram.text_content()
+    assert "delivery.requested" in drawn and "drone.arrived" in drawn and "delivery.completed" in drawn
+    red = diagram.locator("g.edge.dead")
+    assert red.count() == 1 and "handler_error" in red.text_content()
+    assert red.locator("a").get_attribute("href").endswith(f"/deadletter/{letter.pk}/change/")
+    assert diagram.locator("g.edge.replay").count() == 1
+    diagram.screenshot(path=str(screenshots / "sequence.png"))
+
+    page.goto(f"{live_server.url}/admin/outbox/outboxmessage/overview/")
+    choreography_map = page.locator("svg.choreography")
+    choreography_map.wait_for()
+    requested_row = choreography_map.locator("g.edge[data-type='delivery.requested']")
+    assert requested_row.locator("g[data-subscriber='drones']").text_content() == "2/h"
+    assert choreography_map.locator("g.edge.timer").count() >= 4
+    choreography_map.screenshot(path=str(screenshots / "choreography.png"))
