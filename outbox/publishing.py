@@ -58,7 +58,7 @@ def publish(
     same_story = cause is not None and cause.correlation_id == correlation_id
     attributes = {"messaging.event_type": event.type, "stream": stream}
     with tracing.publishing(event.type, new_story=cause is not None and not same_story, attributes=attributes) as span:
-        row = _append(
+        row = outbox_row(
             event,
             stream=stream,
             correlation_id=correlation_id,
@@ -66,43 +66,24 @@ def publish(
             same_story=same_story,
             available_at=available_at,
             now=now,
-            using=using,
         )
+        _append(row, using=using, due_now=available_at is None)
         if span is not None:
             span.set_attribute("message_id", str(row.message_id))
     return row
 
 
-def _append(
-    event: Event,
-    *,
-    stream: str,
-    correlation_id: UUID,
-    cause: Envelope | None,
-    same_story: bool,
-    available_at: datetime | None,
-    now: datetime,
-    using: str,
-) -> OutboxMessage:
-    row = outbox_row(
-        event,
-        stream=stream,
-        correlation_id=correlation_id,
-        cause=cause,
-        same_story=same_story,
-        available_at=available_at,
-        now=now,
-    )
+def _append(row: OutboxMessage, *, using: str, due_now: bool) -> None:
+    """Insert `row`, numbered in its stream, refusing one too large for the brokers."""
     size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES
     if size > limit:
-        raise EventTooLarge(f"{event.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
+        raise EventTooLarge(f"{row.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
     if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
-        _insert_numbered(row, using=using, due_now=available_at is None)
+        _insert_numbered(row, using=using, due_now=due_now)
     else:
         _nudge_the_relay_on_commit(using)
-        row.sequence = _next_sequence(stream, using=using)
+        row.sequence = _next_sequence(row.stream, using=using)
         row.save(using=using, force_insert=True)
-    return row
 
 
 def outbox_row(

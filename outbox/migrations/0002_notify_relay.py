@@ -1,5 +1,7 @@
 from django.db import migrations
 
+from outbox.migrations._on_postgresql import on_postgresql
+
 NOTIFY = """
 CREATE OR REPLACE FUNCTION outbox_notify_pending() RETURNS trigger AS $$
 BEGIN
@@ -14,14 +16,6 @@ DROP = """
 DROP TRIGGER IF EXISTS outbox_notify_pending ON outbox_outboxmessage;
 DROP FUNCTION IF EXISTS outbox_notify_pending();
 """
-
-
-def on_postgresql(sql):
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run
 
 
 class Migration(migrations.Migration):

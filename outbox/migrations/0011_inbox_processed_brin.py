@@ -1,15 +1,9 @@
 from django.db import migrations
 
+from outbox.migrations._on_postgresql import on_postgresql
+
 CREATE = "CREATE INDEX IF NOT EXISTS inbox_processed_brin ON outbox_inboxmessage USING brin (processed_at)"
 DROP = "DROP INDEX IF EXISTS inbox_processed_brin"
-
-
-def on_postgresql(sql):
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run
 
 
 class Migration(migrations.Migration):
