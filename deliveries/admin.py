@@ -4,6 +4,7 @@ from uuid import UUID
 from django.contrib import admin, messages
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
@@ -64,6 +65,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "confirmation",
         "created_at",
         "updated_at",
+        "on_the_map",
         "sequence_diagram",
         "event_timeline",
     ]
@@ -108,6 +110,12 @@ class DeliveryAdmin(ReadOnlyAdmin):
     @admin.display(description="timeline")
     def timeline(self, delivery):
         return timeline_link(delivery.id)
+
+    @admin.display(description="on the map")
+    def on_the_map(self, delivery):
+        """The fleet map with this delivery's route (or its pickup, while it waits) marked; by URL name, no import."""
+        url = reverse("admin:drones_drone_map") + f"?delivery={delivery.pk}"
+        return format_html('<a href="{}">its route on the fleet map</a>', url)
 
     @admin.display(description="sequence diagram")
     def sequence_diagram(self, delivery):

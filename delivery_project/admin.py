@@ -14,7 +14,7 @@ admin.site.unregister(Task)
 admin.site.site_header = "Drone delivery operations"
 admin.site.site_title = "Drone delivery operations"
 # The index links the messaging overview (the outbox's health and routing), not only the outbox list.
-admin.site.index_template = "admin/outbox/index.html"
+admin.site.index_template = "admin/console_index.html"
 # "View site": this backend's site is its API, and its docs are what answers there (`/` redirects too).
 admin.site.site_url = reverse_lazy("api:openapi-view")
 

@@ -352,5 +352,14 @@ DRONE_EXPEDITED_HEAD_START_SECONDS = float(os.environ.get("DRONE_EXPEDITED_HEAD_
 # A later pickup gets its drone reserved this long before the drone must leave to be there on time.
 DRONE_PICKUP_MARGIN_SECONDS = float(os.environ.get("DRONE_PICKUP_MARGIN_SECONDS", "60"))
 # While deliveries wait, free drones are offered to the line this often (drones/fleet_check.py).
+# The console's fleet map: its tiles (OpenStreetMap's by default, with the attribution their licence
+# asks for), or none at all ("": positions on a plain grid, for a console with no network).
+FLEET_MAP_TILE_URL = os.environ.get("FLEET_MAP_TILE_URL", "https://tile.openstreetmap.org/{z}/{x}/{y}.png")
+FLEET_MAP_TILE_ATTRIBUTION = os.environ.get(
+    "FLEET_MAP_TILE_ATTRIBUTION",
+    '&copy; <a href="https://www.openstreetmap.org/copyright">OpenStreetMap</a> contributors',
+)
+FLEET_MAP_MAX_DRONES = int(os.environ.get("FLEET_MAP_MAX_DRONES", "10000"))  # drawn; the rest counted, not sent
+FLEET_MAP_REFRESH_SECONDS = float(os.environ.get("FLEET_MAP_REFRESH_SECONDS", "5"))
 DRONE_FLEET_CHECK_SECONDS = float(os.environ.get("DRONE_FLEET_CHECK_SECONDS", "30"))
 DRONE_MAX_REPLANS = 2  # times a planned reservation is put off because the nearest free drone is nearer than planned

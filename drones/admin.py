@@ -1,12 +1,18 @@
 from datetime import timedelta
+from uuid import UUID
 
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count
+from django.http import JsonResponse
 from django.template.loader import render_to_string
-from django.urls import reverse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 
 from drones import services
+from drones.fleet_map import fleet_map
 from drones.models import Assignment, Drone, WaitingDelivery
 from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
 
@@ -61,6 +67,38 @@ class DroneAdmin(ReadOnlyAdmin):
         "assignments",
     ]
     fields = readonly_fields
+
+    def get_urls(self):
+        def viewer_only(view):
+            def checked(request, *args, **kwargs):
+                if not self.has_view_permission(request):
+                    raise PermissionDenied
+                return view(request, *args, **kwargs)
+
+            return self.admin_site.admin_view(checked)
+
+        return [
+            path("map/", viewer_only(self.fleet_map_page), name="drones_drone_map"),
+            path("map/data.json", viewer_only(self.fleet_map_data), name="drones_drone_map_data"),
+            *super().get_urls(),
+        ]
+
+    def fleet_map_page(self, request):
+        """Every drone on a map (Leaflet, shipped as static files), refreshed from `fleet_map_data`."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Fleet map",
+            "source": reverse("admin:drones_drone_map_data"),
+            "tiles": settings.FLEET_MAP_TILE_URL,
+            "attribution": settings.FLEET_MAP_TILE_ATTRIBUTION,
+            "refresh_ms": int(settings.FLEET_MAP_REFRESH_SECONDS * 1000),
+            "drone_url": reverse("admin:drones_drone_change", args=[UUID(int=0)]),
+            "delivery": request.GET.get("delivery", "")[:36],
+        }
+        return TemplateResponse(request, "admin/drones/fleet_map.html", context)
+
+    def fleet_map_data(self, request):
+        return JsonResponse(fleet_map(now=timezone.now()))
 
     def changelist_view(self, request, extra_context=None):
         """The fleet's state at a glance, above the list."""

@@ -33,6 +33,8 @@ def test_the_built_wheel_ships_the_product_and_no_workshop(tmp_path):
     assert workshop == []
     assert "outbox/templates/admin/outbox/overview.html" in names
     assert "drones/templates/admin/drones/drone/change_list.html" in names
+    assert "delivery_project/templates/admin/console_index.html" in names
+    assert {"drones/static/drones/fleet_map.js", "drones/static/drones/leaflet/leaflet.js"} <= set(names)
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     runtime = [
         line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines() if line.startswith("Requires-Dist")

@@ -172,3 +172,35 @@ def test_the_console_draws_a_delivery_as_a_sequence_diagram_and_the_choreography
     assert requested_row.locator("g[data-subscriber='drones']").text_content() == "2/h"
     assert choreography_map.locator("g.edge.timer").count() >= 4
     choreography_map.screenshot(path=str(screenshots / "choreography.png"))
+
+
+def test_the_fleet_map_draws_every_drone_in_its_state_with_no_network(
+    live_server, customer, fleet, choreography, browser, screenshots, settings
+):
+    """No tile server (a closed network, as in CI): the drones on a plain grid, coloured by state;
+    one delivered (its drone home again), one reserved, one waiting for a drone."""
+    settings.FLEET_MAP_TILE_URL = ""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    choreography.settle(requested(customer))
+    reserved = requested(customer)
+    choreography.deliver("delivery.requested", reserved, only="drones")
+    Drone.objects.exclude(status=Drone.Status.RESERVED).update(status=Drone.Status.MAINTENANCE)
+    waiting = requested(customer)
+    choreography.deliver("delivery.requested", waiting, only="drones")  # no free drone: it waits
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    log_in(page, live_server, "/admin/")
+    page.click("#fleet-map-link a")
+    page.wait_for_selector("#fleet-map[data-drawn='3']")
+    assert page.locator("path.drone-reserved").count() == 1
+    assert page.locator("path.drone-maintenance").count() == 2
+    assert page.locator("path.waiting").count() == 1
+    assert page.locator("img.leaflet-tile").count() == 0  # nothing asked of a tile server
+    page.locator("path.drone-reserved").click(force=True)
+    drone = Drone.objects.get(status=Drone.Status.RESERVED)
+    assert page.locator(".leaflet-popup-content a").get_attribute("href").endswith(f"/drones/drone/{drone.pk}/change/")
+    page.screenshot(path=str(screenshots / "fleet-map.png"))
+
+    page.goto(f"{live_server.url}/admin/deliveries/delivery/{waiting}/change/")
+    page.click(".field-on_the_map a")
+    page.wait_for_selector(f"#fleet-map[data-delivery='{waiting}'][data-drawn='3']")

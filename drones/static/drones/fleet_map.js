@@ -1,0 +1,71 @@
+// The console's fleet map: Leaflet (shipped as static files), refreshed from the admin's JSON.
+// With no tile server configured it draws a plain grid, so it works offline and in tests.
+(function () {
+  "use strict";
+  var element = document.getElementById("fleet-map");
+  var COLOURS = { available: "#2e8b57", reserved: "#e6a700", in_flight: "#1f6fd1", returning: "#8e44ad", maintenance: "#7f8c8d" };
+  var map = L.map(element, { preferCanvas: false });
+  var tiles = element.dataset.tiles;
+  if (tiles) {
+    L.tileLayer(tiles, { maxZoom: 19, attribution: element.dataset.attribution }).addTo(map);
+  }
+  var grid = L.layerGroup().addTo(map);
+  var layers = L.layerGroup().addTo(map);
+  var fitted = false;
+
+  function drawGrid() {
+    // Without tiles: a line every 0.01 degree (about a kilometre) around what is shown.
+    grid.clearLayers();
+    if (tiles) { return; }
+    var b = map.getBounds(), step = 0.01;
+    for (var lat = Math.floor(b.getSouth() / step) * step; lat <= b.getNorth(); lat += step) {
+      L.polyline([[lat, b.getWest()], [lat, b.getEast()]], { color: "#d5dde5", weight: 1, interactive: false }).addTo(grid);
+    }
+    for (var lon = Math.floor(b.getWest() / step) * step; lon <= b.getEast(); lon += step) {
+      L.polyline([[b.getSouth(), lon], [b.getNorth(), lon]], { color: "#d5dde5", weight: 1, interactive: false }).addTo(grid);
+    }
+  }
+
+  function draw(data) {
+    layers.clearLayers();
+    var points = [], counts = {};
+    data.flights.forEach(function (f) {
+      var mine = f[0] === element.dataset.delivery;
+      L.polyline([f[1], f[2]], { color: mine ? "#c0392b" : "#1f6fd1", weight: mine ? 5 : 2, opacity: 0.7, className: mine ? "route route-selected" : "route" })
+        .bindTooltip("delivery " + f[0]).addTo(layers);
+      if (mine) { points.push(f[1], f[2]); }
+    });
+    data.waiting.forEach(function (w) {
+      var minutes = w[3] / 60, mine = w[0] === element.dataset.delivery;
+      L.circleMarker([w[1], w[2]], { radius: Math.min(18, 5 + Math.sqrt(minutes) * 3), color: "#c0392b", weight: mine ? 4 : 1, fillOpacity: 0.25, className: "waiting" })
+        .bindTooltip("waiting " + Math.round(minutes) + " min: delivery " + w[0]).addTo(layers);
+      if (mine) { points.push([w[1], w[2]]); }
+    });
+    data.drones.forEach(function (d) {
+      counts[d[2]] = (counts[d[2]] || 0) + 1;
+      var marker = L.circleMarker([d[3], d[4]], { radius: 6, color: "#1f3347", weight: 1, fillColor: COLOURS[d[2]] || "#000", fillOpacity: 0.9, className: "drone drone-" + d[2] });
+      var link = document.createElement("a"), popup = document.createElement("span");
+      link.href = element.dataset.droneUrl.replace("00000000-0000-0000-0000-000000000000", d[0]);
+      link.textContent = d[1];
+      popup.appendChild(link);
+      popup.appendChild(document.createTextNode(" (" + d[2].replace("_", " ") + ")"));
+      marker.bindPopup(popup);
+      marker.addTo(layers);
+      if (!element.dataset.delivery) { points.push([d[3], d[4]]); }
+    });
+    document.getElementById("fleet-counts").textContent = Object.keys(counts).sort().map(function (k) { return counts[k] + " " + k.replace("_", " "); }).join(", ") + (data.truncated ? " (the first " + data.drones.length + " drones drawn)" : "");
+    if (!fitted && points.length) { map.fitBounds(points, { padding: [30, 30], maxZoom: 15 }); fitted = true; }
+    element.dataset.drawn = String(data.drones.length);
+  }
+
+  function refresh() {
+    fetch(element.dataset.source, { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(draw)
+      .catch(function () {})
+      .then(function () { setTimeout(refresh, Number(element.dataset.refresh)); });
+  }
+  map.setView([0, 0], 2);
+  map.on("moveend", drawGrid);
+  refresh();
+})();
