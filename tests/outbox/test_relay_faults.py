@@ -216,7 +216,7 @@ class LostWithTheDatabase(FaultyBroker):
         self.admin, self.pid = admin, pid
 
     def enqueue(self, message, *, delay=None):
-        self.admin.execute("SELECT pg_terminate_backend(%s)", [self.pid])
+        self.admin.execute("SELECT pg_terminate_backend(%s, 5000)", [self.pid])
         raise redis.exceptions.TimeoutError("cut off")
 
 
@@ -255,7 +255,7 @@ def test_a_claim_whose_commit_the_relay_never_heard_of_is_given_back_at_its_next
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
     with psycopg.connect(**connection_params(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
     with pytest.raises(DatabaseError):
         relay.claim_batch()  # refused: the session is gone
     (token,) = relay.unsettled.claims
@@ -276,7 +276,7 @@ class DatabaseGoneBeforeTheMark(Relay):
 
     def mark_published(self, rows):
         if self.pid is not None:
-            self.admin.execute("SELECT pg_terminate_backend(%s)", [self.pid])
+            self.admin.execute("SELECT pg_terminate_backend(%s, 5000)", [self.pid])
             self.pid = None
         super().mark_published(rows)
 
