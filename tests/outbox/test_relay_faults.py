@@ -275,7 +275,7 @@ class DatabaseGoneBeforeTheMark(Relay):
         self.admin, self.pid = admin, pid
 
     def mark_published(self, rows):
-        if self.pid is not None:
+        if self.pid is not None and rows:  # the first call may carry no row yet: no statement to fail
             self.admin.execute("SELECT pg_terminate_backend(%s, 5000)", [self.pid])
             self.pid = None
         super().mark_published(rows)
