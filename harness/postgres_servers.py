@@ -245,23 +245,11 @@ class PostgresPrimaryWithReplica(_Rig):
     def start(self) -> PostgresPrimaryWithReplica:
         """initdb, start the primary, copy it into the replica, start that, wait until it streams (with
         synchronous=True: until the primary counts it its synchronous standby). A failure stops both."""
-        if not (PG_BIN / "postgres").exists():
-            raise FileNotFoundError(f"no PostgreSQL in {PG_BIN}")
         began = time.monotonic()
-        self.base_dir = _rig_dir("pg-pair-")
-        primary, replica = self.data_dir("primary"), self.data_dir("replica")
         try:
-            _run([PG_BIN / "initdb", "-D", primary, *INITDB_OPTIONS], self.base_dir, self.timeout)
-            (primary / "pg_hba.conf").write_text(PG_HBA)
-            with open(primary / "postgresql.conf", "a") as conf:  # fsync stays on, as in production
-                conf.write(
-                    f"\n# the rig's\nlisten_addresses = '{HOST}'\nport = {self.primary_port}\n"
-                    f"unix_socket_directories = '{self.base_dir}'\nwal_level = replica\nmax_wal_senders = 5\n"
-                    "wal_keep_size = '64MB'\nhot_standby = on\nshared_buffers = '32MB'\nmax_connections = 50\n"
-                    "log_line_prefix = '%m [%p] %q%a '\n"
-                )
-            self._start_server("primary")
+            self._start_primary()
             self.timings["primary"] = time.monotonic() - began
+            replica = self.data_dir("replica")
             conninfo = f"host={HOST} port={self.primary_port} user=postgres application_name={self.application_name}"
             copy = [PG_BIN / "pg_basebackup", "-D", replica, "-d", conninfo, "-R", "-X", "stream", "-c", "fast"]
             _run([*copy, "--no-sync"], self.base_dir, self.timeout)
@@ -281,6 +269,23 @@ class PostgresPrimaryWithReplica(_Rig):
             raise
         self.timings["start"] = time.monotonic() - began
         return self
+
+    def _start_primary(self) -> None:
+        """initdb in the rig's own directory and start the primary (fsync on, as in production)."""
+        if not (PG_BIN / "postgres").exists():
+            raise FileNotFoundError(f"no PostgreSQL in {PG_BIN}")
+        self.base_dir = _rig_dir("pg-pair-")
+        primary = self.data_dir("primary")
+        _run([PG_BIN / "initdb", "-D", primary, *INITDB_OPTIONS], self.base_dir, self.timeout)
+        (primary / "pg_hba.conf").write_text(PG_HBA)
+        with open(primary / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"\n# the rig's\nlisten_addresses = '{HOST}'\nport = {self.primary_port}\n"
+                f"unix_socket_directories = '{self.base_dir}'\nwal_level = replica\nmax_wal_senders = 5\n"
+                "wal_keep_size = '64MB'\nhot_standby = on\nshared_buffers = '32MB'\nmax_connections = 50\n"
+                "log_line_prefix = '%m [%p] %q%a '\n"
+            )
+        self._start_server("primary")
 
     def _start_server(self, role: str) -> None:
         port, data = self.port(role), self.data_dir(role)
@@ -327,6 +332,29 @@ class PostgresPrimaryWithReplica(_Rig):
     def which_is_primary(self) -> str | None:
         """The role whose server answers out of recovery ("primary" or "replica"); None if neither."""
         return next((role for role in self.ROLES if self.in_recovery(role) is False), None)
+
+
+class PostgresServer(PostgresPrimaryWithReplica):
+    """One PostgreSQL server of the rig's own, to stop and start again (`stop_primary`,
+    `start_primary`) as an operator restarts theirs, while the system server goes on serving
+    everyone else; `url()` and `connect()` as the pair's, for its one role."""
+
+    ROLES = ("primary",)
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://postgres@{HOST}:{self.primary_port}/{dbname}"
+
+    def start(self) -> PostgresServer:
+        try:
+            self._start_primary()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_primary(self) -> None:
+        """Start the stopped server again, on its port and data directory; wait until it answers."""
+        self._start_server("primary")
 
 
 class PgBouncer(_Rig):

@@ -43,6 +43,13 @@ def a_free_port() -> int:
         return probe.getsockname()[1]
 
 
+def manage(env: dict, *command: str) -> str:
+    """A short-lived manage.py command with `env`, to its end; its output (a failure shows it all)."""
+    result = subprocess.run([*MANAGE, *command], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"manage.py {' '.join(command)}:\n{result.stdout}{result.stderr}"
+    return result.stdout
+
+
 def started(env: dict, *command: str, log: Path | None = None) -> subprocess.Popen:
     """`manage.py <command>` with `env`, its output to `log`, or nowhere."""
     return launched([*MANAGE, *command], env, log)
@@ -85,10 +92,10 @@ def web_server_up(url: str) -> bool:
     return True
 
 
-def answers(url: str, token: str | None = None) -> int | None:
+def answers(url: str, token: str | None = None, timeout: float = 5) -> int | None:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status
     except OSError:
         return None

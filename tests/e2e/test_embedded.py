@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.factories import BASE
-from tests.processes import MANAGE, a_free_port, answers, post_delivery_request
+from tests.processes import MANAGE, a_free_port, answers, manage, post_delivery_request
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded, pytest.mark.slow]
 
 DELIVERIES = 20
 
@@ -42,10 +42,6 @@ def embedded_env(tmp_path):
     redis_pid = embedded_redis_pid(tmp_path)
     if redis_pid:
         kill(redis_pid)
-
-
-def manage(env, *command) -> str:
-    return subprocess.run([*MANAGE, *command], env=env, check=True, capture_output=True, text=True).stdout
 
 
 def embedded_redis_pid(var_dir: Path) -> int | None:

@@ -18,11 +18,12 @@ import pytest
 
 from harness.postgres_servers import PG_BIN, PostgresPrimaryWithReplica
 from tests.factories import BASE, delivery_request
-from tests.processes import MANAGE, a_free_port, launched, post, started, web_server_up
+from tests.processes import MANAGE, a_free_port, launched, manage, post, started, web_server_up
 from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.postgres,
     pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"needs PostgreSQL's binaries in {PG_BIN}"),
 ]
@@ -41,13 +42,6 @@ WEB = {  # the development server the other fault tests run, and production's gu
         + ["--workers", "2", "--threads", "4"]
     ),
 }
-
-
-def manage(env: dict, *command: str) -> str:
-    """A short-lived manage.py command, to its end; its output."""
-    result = subprocess.run([*MANAGE, *command], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"manage.py {' '.join(command)}:\n{result.stdout}{result.stderr}"
-    return result.stdout
 
 
 class Clients:
