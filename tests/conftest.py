@@ -5,7 +5,6 @@ import dramatiq
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.test.testcases import QuietWSGIRequestHandler
 
 from delivery_project.broker import describe, reconnected_if_lost
 from drones.services import seed_fleet
@@ -14,12 +13,9 @@ from outbox.relay import Relay
 from outbox.subscriptions import queue_name, routing_table
 from tests.factories import BASE, Customer
 from tests.processes import listen_url_env, test_database_url
+from tests.servers import NOT_GIVEN, SERVERS, skip_unless_given
 
 RUNNING_IN_CI = os.environ.get("CI") == "true"
-
-# The live server writes headers and body in separate sends; with Nagle's algorithm on, each
-# keep-alive response then waits ~40 ms for the client's delayed ACK (48 ms a request, 3 ms without).
-QuietWSGIRequestHandler.disable_nagle_algorithm = True
 
 
 def pytest_report_header(config):
@@ -31,17 +27,55 @@ def pytest_report_header(config):
 
 
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
+    for marker in SERVERS:
+        if item.get_closest_marker(marker):
+            skip_unless_given(marker)
+
+
+# Tests on one session-wide rig run in one pytest-xdist process (--dist loadgroup), which starts
+# the rig once: a cluster of three RabbitMQ nodes each, or a PostgreSQL pair, is no small thing.
+RIG_GROUPS = {"rabbitmq_cluster": "rabbitmq-cluster", "postgres_pair": "postgres-rigs", "pgbouncer": "postgres-rigs"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own reads the groups, and pytest-django's sort
+def pytest_collection_modifyitems(items):
+    # The slow ones first: pytest-django's sort by kind of database use (which keeps a test that
+    # empties the tables after those that rely on migrated rows) is stable, so they stay first of
+    # their kind, and the processes of a parallel run start on them rather than end on them.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        for fixture, group in RIG_GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
+def pytest_collection_finish(session):
+    """Under --dist loadgroup pytest-xdist marks each grouped test's node id with its group; when it
+    does not (pytest-dev/pytest-xdist#1386), every rig would be started once per process."""
+    if session.config.getvalue("loadgroup") if hasattr(session.config.option, "loadgroup") else False:
+        lost = [
+            item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+        ]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist lost the groups of {len(lost)} test(s), {lost[0]} first: see pyproject.toml"
+            )
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    """Under CI=true a skipped test fails the run. The one exception is the embedded step (the
+    README's `./dev test` as a newcomer runs it: no DATABASE_URL, no BROKER_URL), where a test that
+    needs a server the run was not given skips, saying so; the server steps, given the servers,
+    run each of those and allow no skip at all."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
-    if RUNNING_IN_CI and skipped:
+    embedded = not (os.environ.get("DATABASE_URL") or os.environ.get("BROKER_URL"))
+    unexpected = [report for report in skipped if not (embedded and NOT_GIVEN in str(report.longrepr))]
+    if RUNNING_IN_CI and unexpected:
         reporter.ensure_newline()
-        reporter.write_line(f"CI=true: {len(skipped)} skipped test(s) fail the run", red=True)
+        reporter.write_line(f"CI=true: {len(unexpected)} skipped test(s) fail the run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

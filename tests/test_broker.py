@@ -4,13 +4,11 @@ BROKER_URL, and every queue the project declares of the type RABBITMQ_QUEUE_TYPE
 import subprocess
 import uuid
 
-import dramatiq
 import pika
 import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
 from deliveries.models import Delivery
@@ -21,9 +19,7 @@ from tests.factories import Customer
 from tests.processes import MANAGE
 from tests.waiting import wait_until
 
-rabbitmq_only = pytest.mark.skipif(
-    not isinstance(dramatiq.get_broker(), RabbitmqBroker), reason="needs RabbitMQ: set BROKER_URL=amqp://..."
-)
+rabbitmq_only = pytest.mark.rabbitmq
 
 
 def test_broker_url_names_one_address_or_every_node_of_a_cluster():

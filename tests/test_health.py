@@ -4,16 +4,12 @@ one failed and why, and answers even when a dependency hangs instead of hanging 
 import socket
 import threading
 
-import dramatiq
 import pytest
 from django.test import Client
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-rabbitmq_only = pytest.mark.skipif(
-    not isinstance(dramatiq.get_broker(), RabbitmqBroker), reason="needs RabbitMQ: set BROKER_URL=amqp://..."
-)
+rabbitmq_only = pytest.mark.rabbitmq
 
 
 def test_healthz_says_the_process_is_alive():

@@ -19,6 +19,7 @@ from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.rabbitmq,
     pytest.mark.skipif(not (RABBITMQ_BIN / "rabbitmq-server").exists(), reason=f"no RabbitMQ in {RABBITMQ_BIN}"),
 ]
 

@@ -15,7 +15,7 @@ from tests.factories import BASE, Customer, delivery_request
 from tests.processes import MANAGE
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq, pytest.mark.slow]
 BOUND_SECONDS = 60  # request to delivered, for every delivery, faults included
 
 

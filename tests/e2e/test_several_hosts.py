@@ -27,6 +27,9 @@ from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.postgres,  # the hosts reach the test's database and broker through forwarders on TCP
+    pytest.mark.rabbitmq,
     pytest.mark.skipif(not can_make_hosts(), reason="needs root and iproute2 for network namespaces (ip netns)"),
 ]
 LEASE_SECONDS = 10  # the relays' lease (30 s by default): rows host 1 claimed are sent again this long after

@@ -14,6 +14,7 @@ from outbox.relay import Relay
 from tests.probe import handlers
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.servers import skip_unless_given
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -23,10 +24,8 @@ pytestmark = pytest.mark.integration
 def limits_redis(settings):
     """The Redis the limiters count in: OUTBOX_LIMITS_REDIS_URL (CI sets it) or the broker's own."""
     settings.OUTBOX_LIMITS_REDIS_URL = os.environ.get("OUTBOX_LIMITS_REDIS_URL", "")
-    if not settings.OUTBOX_LIMITS_REDIS_URL and not isinstance(
-        getattr(dramatiq.get_broker(), "client", None), redis.Redis
-    ):
-        pytest.skip("needs a Redis: set OUTBOX_LIMITS_REDIS_URL=redis://...")
+    if not isinstance(getattr(dramatiq.get_broker(), "client", None), redis.Redis):
+        skip_unless_given("redis")
     return settings
 
 

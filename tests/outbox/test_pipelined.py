@@ -23,13 +23,7 @@ from tests.probe.services import ping
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def rabbitmq():
-    if not urlsplit(settings.BROKER_URL).scheme.startswith("amqp"):
-        pytest.skip("the pipelined publisher serves RabbitMQ: needs BROKER_URL=amqp://")
+pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]  # the pipelined publisher serves RabbitMQ
 
 
 def rabbitmqctl(*args: str) -> None:

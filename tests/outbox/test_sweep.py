@@ -10,7 +10,6 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from harness.bench_sweep import relayed_and_acknowledged
 from outbox.dead_letter_actions import replay_dead_letter
@@ -149,9 +148,8 @@ class ConfirmsNeverCome(PipelinedPublisher):
 
 
 @pytest.mark.postgres
+@pytest.mark.rabbitmq  # the pipelined publisher's
 def test_the_sweep_runs_while_the_relay_never_returns_from_its_drain(broker, transactional_db, settings):
-    if not isinstance(broker, RabbitmqBroker):
-        pytest.skip("the pipelined publisher serves RabbitMQ")
     settings.OUTBOX_SWEEP_INTERVAL_SECONDS, settings.OUTBOX_SWEEP_GRACE_SECONDS = 0.2, 1
     relayed_and_acknowledged(10, seconds_ago=30)
     ping(n=1)  # kept in flight for ever
