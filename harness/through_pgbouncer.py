@@ -47,7 +47,10 @@ def main(argv: list[str]) -> int:
             "PGBOUNCER_ADMIN_PORT": str(bouncer.port),
         }
         chosen = [arg for arg in argv if Path(arg.split("::")[0]).exists()]  # tests named, or only options
-        tests = [sys.executable, "-m", "pytest", *argv, *([] if chosen else DEFAULT_TESTS)]
+        # In parallel processes, as `./dev test` runs (TEST_PROCESSES, or -n among the options).
+        processes = os.environ.get("TEST_PROCESSES") or str((os.cpu_count() or 1) + 1)
+        parallel = ["-n", processes, "--dist", "loadgroup"]
+        tests = [sys.executable, "-m", "pytest", *parallel, *argv, *([] if chosen else DEFAULT_TESTS)]
         return subprocess.run(tests, env=env, preexec_fn=die_with_parent).returncode  # it ends with this one
 
 

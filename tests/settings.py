@@ -5,13 +5,20 @@ import uuid
 
 # Set in the environment (not only here) so worker and relay subprocesses share the prefix.
 os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
+# The run's name for its throwaway database; pytest-django adds `_gw0` and so on under pytest-xdist.
+RUN_ID = os.environ["OUTBOX_QUEUE_PREFIX"].strip("-").replace("-", "_")
+# Under pytest-xdist each worker process is a run of its own: its own queues (and, from pytest-django,
+# its own throwaway database). The processes a worker starts inherit the prefix as the worker (or
+# the test) left it, and OUTBOX_QUEUE_PREFIX_OF says it is no longer the whole session's.
+if (xdist_worker := os.environ.get("PYTEST_XDIST_WORKER")) and os.environ.get("OUTBOX_QUEUE_PREFIX_OF") != xdist_worker:
+    os.environ["OUTBOX_QUEUE_PREFIX"] += f"{xdist_worker}-"
+    os.environ["OUTBOX_QUEUE_PREFIX_OF"] = xdist_worker
 
 from delivery_project.settings import *  # noqa: E402,F403
 from delivery_project.settings import CONN_MAX_AGE, DATABASES, INSTALLED_APPS, VAR_DIR  # noqa: E402
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
 
-RUN_ID = os.environ["OUTBOX_QUEUE_PREFIX"].strip("-").replace("-", "_")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not pytest-django's in-memory default, so worker threads and subprocesses see it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"{RUN_ID}.sqlite3")}
@@ -26,7 +33,8 @@ else:
     DATABASES["default"]["TEST"] = {"NAME": f"{DATABASES['default']['NAME']}_{RUN_ID}"}
     if OUTBOX_LISTEN_CONNECTION and os.environ.get("STARTED_BY_TESTS") != "1":  # noqa: F405
         # The relays the tests run in threads listen (directly, bypassing a pooler) there too.
-        OUTBOX_LISTEN_CONNECTION = {**OUTBOX_LISTEN_CONNECTION, "dbname": DATABASES["default"]["TEST"]["NAME"]}  # noqa: F405
+        listened = DATABASES["default"]["TEST"]["NAME"] + (f"_{xdist_worker}" if xdist_worker else "")
+        OUTBOX_LISTEN_CONNECTION = {**OUTBOX_LISTEN_CONNECTION, "dbname": listened}  # noqa: F405
 
 OUTBOX_MAX_RETRIES = 3
 OUTBOX_MIN_BACKOFF_MS = 20

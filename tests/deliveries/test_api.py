@@ -144,10 +144,15 @@ def test_another_customer_cannot_cancel_a_delivery(customer, other_customer):
     assert Delivery.objects.get(id=delivery_id).status == "requested"
 
 
+# Nobody's delivery; a constant, not a uuid4() per collection: pytest-xdist's workers each collect
+# the tests and must find the same ids.
+SOMEONES_DELIVERY = "940f8fae-1d81-4f01-bc51-accef99d5424"
+
+
 @pytest.mark.parametrize("authorization", [None, "Bearer not-a-token", "Basic dXNlcjpwYXNz"])
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("post", "/api/deliveryrequests"), ("get", "/api/deliveries"), ("get", f"/api/deliveries/{uuid4()}")],
+    [("post", "/api/deliveryrequests"), ("get", "/api/deliveries"), ("get", f"/api/deliveries/{SOMEONES_DELIVERY}")],
 )
 def test_no_valid_token_is_401(db, authorization, method, path):
     headers = {"Authorization": authorization} if authorization else {}
@@ -227,6 +232,8 @@ def test_bad_input_gets_a_4xx_naming_the_field(customer, case, body, status, fie
         ),
         ("empty body", b"", "application/json", 422, "body"),
     ],
+    # By case: the body over 64 KiB holds the time, and every pytest-xdist process must collect the same ids.
+    ids=["malformed JSON", "JSON but not an object", "wrong content type", "plain text", "body over 64 KiB", "empty"],
 )
 def test_unreadable_bodies_get_a_4xx_naming_what_is_wrong(customer, case, data, content_type, status, field):
     response = customer.client.post("/api/deliveryrequests", data, content_type=content_type)

@@ -15,9 +15,9 @@ import pytest
 
 from deliveries.customers import create_customer
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "50"))
 SEEDS = [int(seed) for seed in os.environ.get("API_FUZZ_SEEDS", "1").split(",")]
 # Every check schemathesis has, but one: positive_data_acceptance expects a 2xx for any value
 # the schema allows, and the schema cannot state "within 90 days from now" for a date-time, so
@@ -49,7 +49,7 @@ def test_fuzzing_the_api_from_its_schema_finds_no_failure(live_server, seed, tmp
         "--seed",
         str(seed),
         "--workers",
-        "1",
+        os.environ.get("API_FUZZ_WORKERS", "1"),
         # A seeded run repeats itself: no examples remembered from an earlier run.
         "--generation-database",
         "none",

@@ -81,6 +81,7 @@ def problems() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_concurrent_releases_and_requests_never_double_assign_nor_leave_a_drone_idle(transactional_db):
     rng = random.Random(11)
     services.seed_fleet(count=FLEET, latitude=BASE[0], longitude=BASE[1])

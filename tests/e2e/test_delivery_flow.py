@@ -67,6 +67,7 @@ def drone_double_bookings() -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_200_concurrent_requests_against_20_drones_are_all_delivered_and_never_double_book(system):
     seed_fleet(count=20, latitude=BASE[0], longitude=BASE[1])
     customers = [Customer(f"customer-{i}") for i in range(8)]

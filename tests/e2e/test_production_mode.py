@@ -96,6 +96,7 @@ def json_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.slow
 def test_under_log_format_json_every_line_of_every_process_is_json_and_each_handled_message_has_one(
     env, fleet, tmp_path
 ):

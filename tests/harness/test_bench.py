@@ -9,7 +9,7 @@ import pytest
 
 from tests.processes import MANAGE
 
-pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
 
 CPU_BY_KIND = ("cpu_web", "cpu_relay", "cpu_workers", "cpu_postgresql", "cpu_rabbitmq", "cpu_bench")
 

@@ -10,7 +10,7 @@ import pytest
 from harness.chaos import KINDS
 from tests.processes import MANAGE, a_free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
 
 SEED = 2026
 

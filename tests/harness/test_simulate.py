@@ -11,7 +11,7 @@ from drones.models import Assignment
 from drones.services import seed_fleet
 from tests.factories import BASE
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_a_burst_of_six_times_the_fleet_is_served_and_the_run_is_summed_up_and_plotted(
