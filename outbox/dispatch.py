@@ -47,6 +47,21 @@ from outbox.subscriptions import Received, Subscription, subscription, unprocess
 logger = logging.getLogger(__name__)
 
 
+class WorkRolledBack(RuntimeError):
+    """A handler returned after an error had rolled its transaction back: a service raised inside
+    `outbox.publishing.atomic` (which joins the handler's transaction without a savepoint) and the
+    handler caught it. Nothing it did would be kept, its inbox row included, so it is retried and
+    then dead-lettered like any failure instead of being acknowledged as processed."""
+
+
+def _refuse_rolled_back_work(subscriber: str, envelope: Envelope) -> None:
+    if transaction.get_connection().needs_rollback:
+        raise WorkRolledBack(
+            f"{subscriber}'s handler of {envelope.type} went on after an error rolled its transaction back "
+            "(a service's error caught inside the handler): nothing it did was kept"
+        )
+
+
 def dispatch(*, subscriber: str, body: Any) -> bool:
     """Process `body` for `subscriber`; True if the handler ran, False if skipped or dead."""
     started, outcome = time.perf_counter(), "retried"
@@ -166,6 +181,7 @@ def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error:
             record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
             with handling(envelope):
                 hook(envelope)
+            _refuse_rolled_back_work(subscriber, envelope)  # or the letter itself would be rolled back
     except Exception as failure:  # the letter still gets written, saying the compensation failed too
         logger.exception("%s could not compensate for unprocessable %s", subscriber, envelope.message_id)
         record_dead_letter(subscriber=subscriber, body=body, reason=Reason.COMPENSATION_FAILED, error=failure)
@@ -217,6 +233,7 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
                 return "stale"
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
+        _refuse_rolled_back_work(sub.subscriber, envelope)
         if dead_lettered:  # rare (a replay, or a copy the sweep gave up on): one UPDATE more
             resolve_processed(subscriber=sub.subscriber, envelope=envelope)
     return "processed"

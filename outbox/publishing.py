@@ -189,9 +189,11 @@ def atomic(using: str = "default") -> transaction.Atomic:
 
     Inside a handler it joins the handler's transaction without a savepoint: dispatch rolls that
     transaction back whole when the handler raises, so a savepoint bought nothing there but a
-    SAVEPOINT and a RELEASE, two round trips for every service a handler calls. (A handler that
-    caught a service's error and went on would find the transaction unusable and be retried,
-    loudly, instead of committing half a change.) Anywhere else it is Django's own, savepoint
-    and all, so the API or the admin can catch a service's refusal inside a transaction of theirs.
+    SAVEPOINT and a RELEASE, two round trips for every service a handler calls. A handler that
+    catches a service's error finds the transaction unusable: its next query raises, and if it
+    returns without one, dispatch sees the transaction marked for rollback and raises
+    (`WorkRolledBack`); either way it is retried, then dead-lettered, never acknowledged with its
+    work silently undone. Anywhere else it is Django's own, savepoint and all, so the API or the
+    admin can catch a service's refusal inside a transaction of theirs.
     """
     return transaction.atomic(using=using, savepoint=_handling.get() is None)

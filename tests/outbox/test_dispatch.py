@@ -5,7 +5,7 @@ from django.conf import settings
 
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from tests.factories import envelope
-from tests.probe.models import Effect
+from tests.probe.models import Effect, Ping
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,6 +47,20 @@ def test_an_unacceptable_message_is_dead_lettered_at_once(worker, deliver, broke
     assert (letter.reason, letter.attempts, letter.status) == (reason, 1, "open")
     assert letter.envelope["type"] == overrides.get("type", "probe.pinged")
     assert effects("probe_a") == 0
+
+
+def test_a_handler_that_swallows_its_services_error_is_retried_then_dead_lettered_not_acked(worker, deliver, broker):
+    # The service raised inside outbox.publishing.atomic, which joins the handler's transaction
+    # without a savepoint: the transaction is marked for rollback, the handler returns anyway.
+    body = envelope(payload={"n": 1, "fail": {"probe_a": "swallow"}})
+    deliver("probe_a", body)
+
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="a dead letter")
+    assert (letter.reason, letter.attempts) == ("handler_error", settings.OUTBOX_MAX_RETRIES + 1)
+    assert letter.exception_type == "outbox.dispatch.WorkRolledBack"
+    assert "went on after an error rolled its transaction back" in letter.error
+    assert not InboxMessage.objects.filter(subscriber="probe_a").exists()  # nothing pretends it was processed
+    assert not Ping.objects.filter(n=1).exists()  # the service's write stayed rolled back
 
 
 def test_a_transient_error_that_clears_on_the_second_attempt_is_processed_once(worker, deliver, broker):

@@ -6,7 +6,7 @@ from outbox.contracts import Reader
 from outbox.dead_letters import Rejected
 from outbox.subscriptions import Received, subscribe
 from tests.probe.models import Outage
-from tests.probe.services import record_effect
+from tests.probe.services import Exploded, record_effect, refuse_inside_a_service
 
 
 class Pinged(Reader):
@@ -52,6 +52,11 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
 
 @subscribe("probe_a", "probe.pinged", reader=Pinged)
 def a_on_pinged(message: Received[Pinged]) -> None:
+    if message.payload.fail.get("probe_a") == "swallow":
+        try:
+            refuse_inside_a_service(n=message.payload.n)
+        except Exploded:
+            return  # the trap: a handler that catches its service's refusal and returns as if done
     _misbehave("probe_a", message.payload.fail.get("probe_a"))
     record_effect(
         subscriber="probe_a",

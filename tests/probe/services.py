@@ -2,6 +2,7 @@ from uuid import UUID
 
 from django.db import transaction
 
+from outbox.publishing import atomic as outbox_atomic
 from outbox.publishing import publish
 from tests.probe.events import ProbeEchoed, ProbePinged, ProbeUndoRequested
 from tests.probe.models import Effect, Ping
@@ -36,6 +37,13 @@ def record_effect(*, subscriber: str, message_id: UUID, type: str, n: int, echo:
     Effect.objects.create(subscriber=subscriber, message_id=message_id, type=type, n=n)
     if echo:
         publish(ProbeEchoed(n=n + 1), stream=f"echo:{subscriber}")
+
+
+def refuse_inside_a_service(*, n: int) -> None:
+    """A service whose refusal comes after a write, inside `outbox.publishing.atomic`."""
+    with outbox_atomic():
+        Ping.objects.create(n=n)
+        raise Exploded("the service refused")
 
 
 def request_undo(*, n: int, fail: dict[str, str] | None = None) -> None:
