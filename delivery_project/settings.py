@@ -258,6 +258,10 @@ OUTBOX_LISTEN_CHECK_SECONDS = float(os.environ.get("OUTBOX_LISTEN_CHECK_SECONDS"
 # A row that fails to send this many times while the rows around it go through is set aside
 # as a dead letter (`unsendable`), one per subscriber it had not reached.
 OUTBOX_RELAY_MAX_SEND_ATTEMPTS = int(os.environ.get("OUTBOX_RELAY_MAX_SEND_ATTEMPTS", "5"))
+# A queue that returns the relay's copies as unroutable (missing, or its node is down) is waited for,
+# uncounted, and declared again at each try; after this long its waiting copies are set aside as
+# dead letters (`unsendable`) to replay once it is back, instead of waiting for ever.
+OUTBOX_RELAY_QUEUE_WAIT_SECONDS = float(os.environ.get("OUTBOX_RELAY_QUEUE_WAIT_SECONDS", "600"))
 # The redelivery sweep (outbox/sweep.py), run by every relay each OUTBOX_SWEEP_INTERVAL_SECONDS
 # and by `manage.py sweep_unacknowledged`: a subscriber that has neither processed nor
 # dead-lettered an event GRACE seconds after it was relayed gets it again, at most MAX_RESENDS

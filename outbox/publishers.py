@@ -99,6 +99,12 @@ class PipelinedPublisher:
         self._last_progress = time.monotonic()
 
     @property
+    def wants_fresh_channel(self) -> bool:
+        """A nack came on this channel: the next batch goes out on a new one, once nothing is in
+        flight on this one (delivery tags are the channel's own, so two cannot be mixed)."""
+        return self._nacked
+
+    @property
     def outstanding(self) -> int:
         """Keys sent and not yet handed back by `collect`."""
         return len(self._copies_left)
@@ -259,7 +265,8 @@ class PipelinedPublisher:
         if self._nacked and not self._pending:
             # RabbitMQ nacks a copy whose quorum queue lost its leader; a channel that went on
             # talking to the old leader was seen to nack that queue's copies for 30 s more, where a
-            # new channel reaches the new leader at once. Nothing is in flight: start afresh.
+            # new channel reaches the new leader at once. Nothing is in flight (the relay stops
+            # sending until then, however busy): start afresh.
             self._nacked = False
             self.close()
         if self.channel is not None and self.channel.is_open and self.connection.is_open:
@@ -294,6 +301,25 @@ class PipelinedPublisher:
             with contextlib.suppress(pika.exceptions.AMQPError, OSError):
                 connection.close()
 
+    def declare_again(self, queue: str) -> bool:
+        """Declare `queue` once more, with its delay and dead-letter queues and Dramatiq's own
+        arguments: one deleted under a running relay comes back, where Dramatiq's broker (and this
+        publisher) would declare each queue once per process. False while the broker refuses (the
+        queue's node is down); the broker's channel, closed by the refusal, opens anew at its next use."""
+        broker = self.broker
+        try:
+            for declare in (broker._declare_queue, broker._declare_dq_queue, broker._declare_xq_queue):
+                declare(queue)
+        except pika.exceptions.AMQPChannelError as error:
+            logger.debug("queue %s not declared again: %s", queue, error)
+            del broker.channel
+            return False
+        except (pika.exceptions.AMQPError, OSError) as error:
+            logger.debug("queue %s not declared again: %s", queue, error)
+            del broker.connection
+            return False
+        return True
+
 
 class RedisPipelinedPublisher:
     """Dramatiq's `RedisBroker.enqueue` for a whole batch in one pipeline round trip.
@@ -310,6 +336,7 @@ class RedisPipelinedPublisher:
         self._outcome = Outcome()
 
     outstanding = 0  # a pipeline's replies come back with it: nothing is left in flight
+    wants_fresh_channel = False  # no channels, no nacks
 
     def publish(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
         self.start(batch)

@@ -9,13 +9,11 @@ transaction that commits late is still relayed.
 
 Any error backs off and is retried; rows the broker confirmed are always marked first. A row
 that alone keeps failing to send (a poison row) is held for 2, 4, 8... seconds while the rows
-behind it flow, and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter (`unsendable`) for
-each subscriber it had not reached. A copy the broker returns as unroutable is not the row's
-fault but its queue's (missing, or on a cluster node that is down): the queue's outage is logged
-once, the row waits a few seconds uncounted and is sent again, and the other queues flow.
+behind it flow, and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter
+(`unsendable`) for each subscriber it had not reached. A copy returned unroutable is its queue's
+outage, not the row's fault: see outbox.queue_outages.
 """
 
-import contextlib
 import logging
 import random
 import threading
@@ -33,13 +31,13 @@ from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
-from opentelemetry.trace import SpanKind
 
 from outbox import heartbeats, leases, tracing, wake_up
 from outbox.dead_letters import Reason, record_dead_letter
-from outbox.metrics import QUEUE_UNAVAILABLE, RELAYED, SEND_FAILURES
+from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
+from outbox.queue_outages import QueueOutages, QueueUnavailable, Reached
 from outbox.subscriptions import message_to, queue_name, subscribers_of
 from outbox.sweep import Sweeper
 
@@ -47,8 +45,6 @@ logger = logging.getLogger(__name__)
 
 # A row failing alone counts towards being set aside only if other rows were sent this recently.
 SUSPICION_SECONDS = 60
-# A row whose queue is down waits this long before it is sent again, doubling up to the maximum.
-QUEUE_RETRY_SECONDS, QUEUE_RETRY_MAX_SECONDS = 0.5, 5.0
 _BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError, OSError)
 
 
@@ -92,7 +88,8 @@ class Relay:
         self.unsettled = leases.Unsettled()  # what a round could not write back: the database had gone
         self.next_beat = 0.0  # monotonic time of the next heartbeat
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
-        self.queues_down: dict[str, tuple[float, float]] = {}  # queue -> (down since, next wait)
+        self.queues_down = QueueOutages()  # queues that return this relay's copies as unroutable
+        self.reached = Reached()  # row id -> subscribers whose copy the broker took (outbox.queue_outages)
         self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
         if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
             self.publisher = PipelinedPublisher(self.broker)
@@ -139,7 +136,10 @@ class Relay:
         try:
             while True:
                 claimed, suspects = [], []
-                if len(in_flight) < 2 * self.batch_size and not (stop and stop.is_set()):
+                # After a nack nothing new is sent until the copies in flight are resolved: only a
+                # quiet channel can be swapped for a fresh one (see PipelinedPublisher.wants_fresh_channel).
+                quieting = self.publisher.wants_fresh_channel and bool(in_flight)
+                if len(in_flight) < 2 * self.batch_size and not (stop and stop.is_set()) and not quieting:
                     claimed = self.claim_batch()
                     if claimed:
                         started, suspects = self._start(claimed)
@@ -156,7 +156,7 @@ class Relay:
         """Put the rows in flight; a row that cannot even be encoded is a suspect instead."""
         in_flight, suspects, batch = {}, [], []
         for row in rows:
-            with self._span(row):
+            with tracing.relaying(row.trace_context, event_type=row.type, message_id=row.message_id):
                 try:
                     batch.append((_key(row), self._copies(row)))
                     in_flight[_key(row)] = row
@@ -167,7 +167,12 @@ class Relay:
 
     def _copies(self, row: OutboxMessage) -> list[dramatiq.Message]:
         envelope = row.envelope()
-        return [message_to(subscriber, envelope) for subscriber in self.recipients(row)]
+        return [message_to(subscriber, envelope) for subscriber in self._not_reached(row)]
+
+    def _not_reached(self, row: OutboxMessage) -> list[str]:
+        """The row's subscribers whose copy the broker has not taken yet (all, the first time)."""
+        reached = self.reached.get(row.id, ())
+        return [subscriber for subscriber in self.recipients(row) if subscriber not in reached]
 
     def _isolate(self, rows: list[OutboxMessage]) -> tuple[list[OutboxMessage], list[_SendFailed], list, Exception]:
         """The broker closed the channel over a copy it will not take (over its max_message_size,
@@ -199,7 +204,8 @@ class Relay:
         return sent, suspects, [], None
 
     def _refusal(self, row: OutboxMessage, acked_queues: set[str]) -> _SendFailed:
-        delivered = frozenset(s for s in self.recipients(row) if queue_name(s) in acked_queues)
+        self.reached.add(row.id, {s for s in self._not_reached(row) if queue_name(s) in acked_queues})
+        delivered = frozenset(self.reached.get(row.id, ()))
         return _SendFailed(row, BrokerRefused("the broker refused a copy"), delivered_to=delivered)
 
     def _beat_if_due(self) -> None:
@@ -213,22 +219,16 @@ class Relay:
         except DatabaseError as error:
             logger.debug("relay heartbeat not written: %s", error)
 
-    @staticmethod
-    def _span(row: OutboxMessage):
-        """The relay's span of a row, child of its publishing span; none when the row was not traced."""
-        if not row.trace_context:
-            return contextlib.nullcontext()
-        attributes = {"message_id": str(row.message_id), "messaging.event_type": row.type}
-        return tracing.following(row.trace_context, f"relay {row.type}", kind=SpanKind.PRODUCER, attributes=attributes)
-
     def _settle(self, in_flight: dict, outcome: Outcome, suspects: list[_SendFailed]) -> int:
         """Mark the rows the broker confirmed; a refused row is a suspect, kept leased or set
         aside. An error releases everything still in flight, uncounted, except when the broker
         closed the channel over one row: that row is found and counted (see `_isolate`)."""
         sent = [in_flight.pop(key) for key in outcome.confirmed if key in in_flight]
         refused = [(key, in_flight.pop(key)) for key in outcome.refused if key in in_flight]
-        waiting = [row for key, row in refused if outcome.unroutable.get(key)]
-        self._wait_for_queues(waiting, set().union(*(outcome.unroutable.get(key, ()) for key, _ in refused)))
+        for key, row in refused:  # the copies the broker took need not be sent again
+            acked = outcome.acked.get(key, set())
+            self.reached.add(row.id, {s for s in self._not_reached(row) if queue_name(s) in acked})
+        self._wait_for_queues([(row, outcome.unroutable[key]) for key, row in refused if outcome.unroutable.get(key)])
         refused = [(key, row) for key, row in refused if not outcome.unroutable.get(key)]
         suspects = suspects + [self._refusal(row, outcome.acked.get(key, set())) for key, row in refused]
         if isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker) and in_flight:
@@ -255,6 +255,8 @@ class Relay:
             self.mark_published(sent)
         self.relayed += len(sent)
         self._queues_back(sent)
+        for row in sent:
+            self.reached.pop(row.id, None)
         for event_type, count in Counter(row.type for row in sent).items():
             RELAYED.labels(event_type).inc(count)
         SEND_FAILURES.labels("row").inc(len(suspects))
@@ -262,31 +264,32 @@ class Relay:
             self._set_aside_if_hopeless(suspect)
         return len(sent)
 
-    def _wait_for_queues(self, rows: list[OutboxMessage], queues: set[str]) -> None:
-        """Rows with a copy returned unroutable wait for their queue, uncounted; the queue's
-        outage is logged once, when it starts."""
-        if not rows:
+    def _wait_for_queues(self, waiting: list[tuple[OutboxMessage, set[str]]]) -> None:
+        """Rows with a copy returned unroutable wait for its queue, uncounted (see
+        outbox.queue_outages), and the queue is declared again, in case it was deleted; the copies
+        of a queue down past OUTBOX_RELAY_QUEUE_WAIT_SECONDS are set aside instead."""
+        if not waiting:
             return
-        now = time.monotonic()
-        for queue in sorted(queues - self.queues_down.keys()):
-            logger.warning("queue %s is unavailable (the broker returns its copies): its rows wait", queue)
-            QUEUE_UNAVAILABLE.labels(queue).set(1)
-            self.queues_down[queue] = (now, QUEUE_RETRY_SECONDS)
-        wait = max(self.queues_down[queue][1] for queue in queues)
-        for queue in queues:
-            since, current = self.queues_down[queue]
-            self.queues_down[queue] = (since, min(current * 2, QUEUE_RETRY_MAX_SECONDS))
-        leases.postpone(rows, seconds=wait)
+        queues = set().union(*(queues for _, queues in waiting))
+        wait = self.queues_down.returned(queues)
+        if isinstance(self.publisher, PipelinedPublisher):
+            for queue in sorted(queues):
+                self.publisher.declare_again(queue)
+        bound = settings.OUTBOX_RELAY_QUEUE_WAIT_SECONDS
+        overdue = [(row, down) for row, queues in waiting if (down := self.queues_down.overdue(queues))]
+        for row, down in overdue:
+            error = QueueUnavailable(
+                f"queue {', '.join(down)} unavailable for over {bound:g} s (OUTBOX_RELAY_QUEUE_WAIT_SECONDS)"
+            )
+            logger.warning("relay sets %s aside: %s", row, error)
+            self._set_aside(row, error, attempts=row.send_attempts)
+        set_aside = {row.id for row, _ in overdue}
+        leases.postpone([row for row, _ in waiting if row.id not in set_aside], seconds=wait)
 
     def _queues_back(self, sent: list[OutboxMessage]) -> None:
         """A copy confirmed for a queue that was down: its outage is over."""
-        if not self.queues_down or not sent:
-            return
-        reached = {queue_name(subscriber) for row in sent for subscriber in self.recipients(row)}
-        for queue in sorted(reached & self.queues_down.keys()):
-            since, _ = self.queues_down.pop(queue)
-            logger.warning("queue %s takes copies again after %.1f s", queue, time.monotonic() - since)
-            QUEUE_UNAVAILABLE.labels(queue).set(0)
+        if self.queues_down and sent:
+            self.queues_down.taken({queue_name(s) for row in sent for s in self._not_reached(row)})
 
     def _send_one_by_one(self, rows: list[OutboxMessage]) -> tuple[Outcome, list[_SendFailed]]:
         """Through the broker's own enqueue, each copy confirmed in turn (confirms off, or a
@@ -336,7 +339,7 @@ class Relay:
         """Enqueue one copy per subscriber; returns once the broker has confirmed each (adding
         each subscriber to `delivered_to` as its copy is taken)."""
         envelope = row.envelope()
-        for subscriber in self.recipients(row):
+        for subscriber in self._not_reached(row):
             self.broker.enqueue(message_to(subscriber, envelope))
             if delivered_to is not None:
                 delivered_to.add(subscriber)
@@ -354,27 +357,36 @@ class Relay:
     def _set_aside_if_hopeless(self, failure: _SendFailed) -> None:
         row = failure.row
         logger.warning("relay could not send %s (attempt %d): %s", row, row.send_attempts, failure)
+        self.reached.add(row.id, failure.delivered_to)
         if row.send_attempts < settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS:
             # Tried again after 2, 4, 8... seconds, not a whole lease later: a copy nacked while a
             # quorum queue elects a new leader goes through at the next try.
             leases.postpone([row], seconds=min(2.0**row.send_attempts, self.lease.total_seconds()), counted=True)
             return
+        self._set_aside(row, failure.error, attempts=row.send_attempts)
+
+    def _set_aside(self, row: OutboxMessage, error: Exception, *, attempts: int) -> None:
+        """A dead letter (`unsendable`) for each subscriber the row has not reached, and the row
+        marked published, in one transaction."""
         try:
             body = row.envelope()
         except Exception:
             body = row.envelope(traced=False)  # what broke it (its trace context) stays out of the letter
         with transaction.atomic():
-            for subscriber in self.recipients(row):
-                if subscriber in failure.delivered_to:
-                    continue  # its copy got through: there is nothing to replay to it
+            for subscriber in self._not_reached(row):  # one whose copy got through needs no replay
                 record_dead_letter(
                     subscriber=subscriber,
                     body=body,
                     reason=Reason.UNSENDABLE,
-                    error=failure.error,
-                    attempts=row.send_attempts,
+                    error=error,
+                    attempts=attempts,
                 )
-            self.mark_published([row])
+            # Marked with its letters or not at all: not through self.mark_published, whose
+            # failure would leave the row to be marked later (unsettled.to_mark, meant for rows the
+            # broker confirmed) while its letters rolled back. Unmarked, its lease runs out and it
+            # is set aside again.
+            leases.mark_published([row])
+        self.reached.pop(row.id, None)
 
     def run(
         self,

@@ -7,6 +7,7 @@ send and each handler are spans whose parent is that publishing span, so the cha
 across web, relay and worker processes reads as one tree, delayed events and replays included.
 """
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -67,3 +68,11 @@ def following(carrier: dict, name: str, *, kind: SpanKind, attributes: dict) -> 
     parent = propagate.extract({key: carrier[key] for key in LIMITS if carrier.get(key)})
     with tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes) as span:
         yield span
+
+
+def relaying(carrier: dict, *, event_type: str, message_id) -> contextlib.AbstractContextManager:
+    """The relay's span of a row, child of its publishing span; none when the row was not traced."""
+    if not carrier:
+        return contextlib.nullcontext()
+    attributes = {"message_id": str(message_id), "messaging.event_type": event_type}
+    return following(carrier, f"relay {event_type}", kind=SpanKind.PRODUCER, attributes=attributes)

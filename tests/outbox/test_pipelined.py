@@ -13,6 +13,7 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
+from delivery_project.broker import reconnected_if_lost
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher
 from outbox.relay import BrokerUnavailable, Relay
@@ -249,6 +250,7 @@ def test_a_queue_that_is_down_is_an_outage_its_rows_wait_uncounted_and_flow_when
     broker.declare_queue(down, ensure=True)
     broker.channel.queue_delete(down)  # the broker object still believes it declared it
     relay = Relay(broker=broker)
+    relay.publisher.declare_again = lambda queue: False  # its node is down: declaring it is refused too
 
     for _ in range(4):  # twice the attempts that would set a poison row aside
         assert relay.relay_batch() == 0
@@ -267,4 +269,55 @@ def test_a_queue_that_is_down_is_an_outage_its_rows_wait_uncounted_and_flow_when
     assert published_count() == len(rows)
     assert broker.channel.queue_declare(down, passive=True).method.message_count == len(rows)
     assert any("takes copies again" in r.getMessage() for r in caplog.records)
-    assert relay.queues_down == {}
+    assert not relay.queues_down
+
+
+def copies_in(queue: str, broker) -> int:
+    return reconnected_if_lost(broker).channel.queue_declare(queue, passive=True).method.message_count
+
+
+def test_a_queue_deleted_under_a_running_relay_is_declared_again_and_the_others_get_each_row_once(
+    broker, transactional_db
+):
+    """Issue 31: the relay declares each queue once; one deleted under it returned every copy for
+    ever, and each try sent the waiting rows again to every subscriber they had reached."""
+    healthy, down = queue_name("probe_a"), queue_name("probe_b")
+    relay = Relay(broker=broker)
+    ping(n=0)
+    assert relay.drain() == 1  # every queue declared, by the relay's publisher
+    broker.channel.queue_delete(down)
+    for n in range(1, 6):
+        ping(n=n)
+
+    assert relay.relay_batch() == 0  # probe_b's copies come back; probe_a's are taken
+    OutboxMessage.objects.update(claimed_until=timezone.now())  # their short wait is over
+    assert relay.relay_batch() == 5  # the queue declared again: probe_b's copies only
+
+    assert (copies_in(healthy, broker), copies_in(down, broker)) == (6, 5)
+    assert not relay.queues_down and relay.reached == {}
+
+
+def test_a_queue_down_past_its_bound_has_its_waiting_copies_set_aside_and_nothing_else(
+    broker, transactional_db, settings
+):
+    settings.OUTBOX_RELAY_QUEUE_WAIT_SECONDS = 0.5
+    healthy, down = queue_name("probe_a"), queue_name("probe_b")
+    relay = Relay(broker=broker)
+    ping(n=0)
+    assert relay.drain() == 1
+    broker.channel.queue_delete(down)
+    relay.publisher.declare_again = lambda queue: False  # its node is down: declaring it is refused too
+    rows = [OutboxMessage.objects.get(stream=f"ping:{ping(n=n).pk}") for n in range(1, 4)]
+
+    def set_aside() -> bool:
+        OutboxMessage.objects.update(claimed_until=timezone.now())  # each short wait over at once
+        relay.relay_batch()
+        return not OutboxMessage.objects.filter(published_at__isnull=True).exists()
+
+    wait_until(set_aside, timeout=30, what="the waiting rows to be set aside once the queue is down past its bound")
+    letters = DeadLetter.objects.order_by("message_id")
+    assert [(d.subscriber, d.reason, d.message_id) for d in letters] == sorted(
+        [("probe_b", "unsendable", row.message_id) for row in rows], key=lambda letter: letter[2]
+    )
+    assert all("unavailable for over 0.5 s (OUTBOX_RELAY_QUEUE_WAIT_SECONDS)" in d.error for d in letters)
+    assert copies_in(healthy, broker) == 4  # one copy of each row, however many tries

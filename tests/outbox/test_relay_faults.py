@@ -56,6 +56,39 @@ def rows_of(pings) -> list[OutboxMessage]:
     return [OutboxMessage.objects.get(stream=f"ping:{p.pk}") for p in pings]
 
 
+def test_a_row_set_aside_whose_mark_fails_is_never_marked_published_without_its_letter(
+    broker, transactional_db, settings, monkeypatch
+):
+    settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 1
+    poison, *others = rows_of([ping(n=n) for n in range(3)])
+    door = FaultyBroker(broker)
+    relay = Relay(broker=door, lease_seconds=0.05)
+    mark = leases.mark_published
+
+    def mark_failing_over(rows):  # the database goes away as the poison row is set aside (a failover)
+        if any(row.pk == poison.pk for row in rows):
+            raise DatabaseError("server closed the connection unexpectedly")
+        mark(rows)
+
+    with door.failing(redis.exceptions.ResponseError("OOM command not allowed"), [poison], to="probe_b"):
+        monkeypatch.setattr(leases, "mark_published", mark_failing_over)
+        with pytest.raises(DatabaseError):
+            relay.relay_batch()
+        monkeypatch.setattr(leases, "mark_published", mark)
+        assert not DeadLetter.objects.exists()  # rolled back with the mark
+
+        relay.unsettled.settle()  # what the next round writes back first
+        poison.refresh_from_db()
+        assert poison.published_at is None, "marked published, and its letter lost"
+
+        OutboxMessage.objects.filter(pk=poison.pk).update(claimed_until=timezone.now())  # its lease runs out
+        relay.relay_batch()
+    poison.refresh_from_db()
+    assert poison.published_at is not None
+    assert [(d.subscriber, d.reason) for d in DeadLetter.objects.all()] == [("probe_b", "unsendable")]
+    assert OutboxMessage.objects.filter(pk__in=[o.pk for o in others], published_at__isnull=True).count() == 0
+
+
 def test_a_poison_row_is_set_aside_as_a_dead_letter_and_the_rows_behind_it_flow(broker, transactional_db, settings):
     settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 3
     poison, *others = rows_of([ping(n=n) for n in range(5)])
