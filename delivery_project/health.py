@@ -9,6 +9,7 @@ every second costs no TCP and AMQP handshake; a connection found broken is repla
 """
 
 import contextlib
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -69,8 +70,13 @@ class _AmqpProbe:
         self._drop()
         nodes = amqp_parameters(broker_urls(url))
         for parameters in nodes:
-            parameters.socket_timeout = parameters.blocked_connection_timeout = 2
+            # stack_timeout bounds the whole handshake: a node that accepts TCP and then says nothing
+            # is given up after 2 s (pika's default: 15 s) and the next one is tried.
+            parameters.socket_timeout = parameters.blocked_connection_timeout = parameters.stack_timeout = 2
             parameters.connection_attempts, parameters.retry_delay = 1, 0
+        # In an order of this process's own, as the broker's: one silent node does not hold every
+        # web process's probe on the same address.
+        nodes = random.sample(nodes, len(nodes))
         self.url, self.connection = url, pika.BlockingConnection(nodes)  # the first node that answers
         self.opened += 1
 

@@ -7,6 +7,8 @@ import threading
 import pytest
 from django.test import Client
 
+from tests.waiting import wait_until
+
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 rabbitmq_only = pytest.mark.rabbitmq
@@ -79,6 +81,21 @@ def test_readyz_reuses_one_broker_connection_and_replaces_a_broken_one():
     amqp_probe.connection._impl._transport._sock.close()  # dropped under it, as a broker restart would
     assert Client().get("/readyz").status_code == 200
     assert amqp_probe.opened == opened + 1
+
+
+@rabbitmq_only
+def test_readyz_gives_up_a_node_that_accepts_and_never_speaks_and_is_ready_through_the_next(settings):
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, then says nothing: a hung node
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(silent.accept()) for _ in range(20)], daemon=True).start()
+    settings.BROKER_URL = f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/%2F; {settings.BROKER_URL}"
+    try:
+        # The check gives a silent node 2 s (pika's own default held every probe for 15 s).
+        wait_until(
+            lambda: Client().get("/readyz").status_code == 200, timeout=8, what="/readyz through the node that answers"
+        )
+    finally:
+        silent.close()
 
 
 @rabbitmq_only
