@@ -3,6 +3,8 @@ BROKER_URL, and deliveries still made while the node leading the queues is stopp
 another is killed with SIGKILL. The cluster is the tests' own (harness/rabbitmq_cluster.py)."""
 
 import subprocess
+import threading
+import time
 
 import pytest
 from django.conf import settings
@@ -10,8 +12,12 @@ from django.conf import settings
 from deliveries.models import Delivery
 from drones.services import seed_fleet
 from harness.rabbitmq_cluster import quorum_queue
+from outbox.models import DeadLetter
 from tests.e2e.fault_ledger import delivered_once_each, median_and_max
 from tests.factories import BASE, Customer, delivery_request
+from tests.outbox.relaying import effects_per_message
+from tests.probe.models import Effect
+from tests.probe.services import ping
 from tests.processes import MANAGE
 from tests.waiting import wait_until
 
@@ -94,3 +100,78 @@ def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is
     phases = {"no fault": took[:10], "leader stopped": took[10:20], "node killed": took[20:]}
     print(f"\n[cluster] request -> delivered, s (median / max): {median_and_max(phases)}")
     assert max(took) <= BOUND_SECONDS
+
+
+def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_and_none_is_set_aside(
+    env, rabbitmq_cluster, tmp_path
+):
+    """Issue 31: after a nack (a quorum queue losing its leader) the relay went on sending on the
+    channel that nacked, which kept nacking that queue's copies for as long as anything was in
+    flight on it, and a streaming relay under load always has something in flight: its rows used up
+    their attempts and were set aside as `unsendable`. Here the relay talks to the nodes that
+    survive, pings are published at about 100 a second for 10 s after the leader of probe_a's queue
+    is killed, and a row is set aside after 3 attempts (2 + 4 s of nacks)."""
+    cluster = rabbitmq_cluster
+    prefix = f"{settings.OUTBOX_QUEUE_PREFIX}leader-"
+    on_the_cluster = {
+        **env,
+        "BROKER_URL": " ".join(f"{url}?heartbeat=5" for url in cluster.urls),
+        "RABBITMQ_QUEUE_TYPE": "quorum",
+        "OUTBOX_QUEUE_PREFIX": prefix,
+        "OUTBOX_RELAY_MAX_SEND_ATTEMPTS": "3",
+    }
+    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("workers", "relay")}
+    processes = [
+        subprocess.Popen(
+            [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "4"],
+            env=on_the_cluster,
+            stdout=logs["workers"],
+            stderr=subprocess.STDOUT,
+        )
+    ]
+    published, pace = [], threading.Event()
+
+    def publish_for(seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            published.append(ping(n=len(published)))
+            pace.wait(0.01)  # about 100 rows a second: the relay streams, never idle
+
+    try:
+        queue = wait_until(
+            lambda: (q := quorum_queue(cluster, 0, f"{prefix}probe_a")) and len(q.get("online", ())) == 3 and q,
+            timeout=90,
+            what="probe_a's queue on three members (the workers declare it)",
+        )
+        leader = cluster.nodes.index(queue["leader"])
+        survivors = " ".join(f"{url}?heartbeat=5" for i, url in enumerate(cluster.urls) if i != leader)
+        processes.append(
+            subprocess.Popen(
+                [*MANAGE, "relay_outbox", "--progress-every", "0"],
+                env={**on_the_cluster, "BROKER_URL": survivors},  # its channel outlives the leader
+                stdout=logs["relay"],
+                stderr=subprocess.STDOUT,
+            )
+        )
+        publish_for(2)
+        cluster.kill_node(leader)  # with copies in flight to it
+        publish_for(10)
+        cluster.start_node(leader)
+        wait_until(
+            lambda: Effect.objects.count() == 2 * len(published),
+            timeout=180,
+            what="every row handled by both subscribers",
+        )
+        cluster.wait_until_clustered(3)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+        for log in logs.values():
+            log.close()
+
+    assert not DeadLetter.objects.exists(), list(DeadLetter.objects.values_list("subscriber", "reason", "error"))
+    assert effects_per_message() == {1: 2 * len(published)}
+    nacked = (tmp_path / "relay.log").read_text().count("the broker refused a copy")
+    print(f"\n[cluster] {len(published)} rows, {nacked} refusals logged by the relay through the leader's loss")
