@@ -228,7 +228,7 @@ class Relay:
         for key, row in refused:  # the copies the broker took need not be sent again
             acked = outcome.acked.get(key, set())
             self.reached.add(row.id, {s for s in self._not_reached(row) if queue_name(s) in acked})
-        self._wait_for_queues([(row, outcome.unroutable[key]) for key, row in refused if outcome.unroutable.get(key)])
+        waiting = [(row, outcome.unroutable[key]) for key, row in refused if outcome.unroutable.get(key)]
         refused = [(key, row) for key, row in refused if not outcome.unroutable.get(key)]
         suspects = suspects + [self._refusal(row, outcome.acked.get(key, set())) for key, row in refused]
         if isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker) and in_flight:
@@ -247,16 +247,22 @@ class Relay:
             if suspects and not sent and not self._sending_lately():
                 raise suspects[-1].error  # nothing goes through: no row can be told apart from the broker
         except Exception as error:
-            self._release([*in_flight.values(), *(s.row for s in suspects)])  # none of them is to blame
+            # None of them is to blame, the rows waiting for a queue included.
+            self._release([*in_flight.values(), *(s.row for s in suspects), *(row for row, _ in waiting)])
             in_flight.clear()
             SEND_FAILURES.labels("broker").inc()
             raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
         finally:
             self.mark_published(sent)
         self.relayed += len(sent)
-        self._queues_back(sent)
+        taken = {queue_name(subscriber) for row in sent for subscriber in self._not_reached(row)}
         for row in sent:
             self.reached.pop(row.id, None)
+        # Held back only once the confirmed rows are marked: should this fail (the database gone),
+        # they are not sent again after their lease.
+        self._wait_for_queues(waiting)
+        if self.queues_down:
+            self.queues_down.taken(taken)
         for event_type, count in Counter(row.type for row in sent).items():
             RELAYED.labels(event_type).inc(count)
         SEND_FAILURES.labels("row").inc(len(suspects))
@@ -285,11 +291,6 @@ class Relay:
             self._set_aside(row, error, attempts=row.send_attempts)
         set_aside = {row.id for row, _ in overdue}
         leases.postpone([row for row, _ in waiting if row.id not in set_aside], seconds=wait)
-
-    def _queues_back(self, sent: list[OutboxMessage]) -> None:
-        """A copy confirmed for a queue that was down: its outage is over."""
-        if self.queues_down and sent:
-            self.queues_down.taken({queue_name(s) for row in sent for s in self._not_reached(row)})
 
     def _send_one_by_one(self, rows: list[OutboxMessage]) -> tuple[Outcome, list[_SendFailed]]:
         """Through the broker's own enqueue, each copy confirmed in turn (confirms off, or a

@@ -9,16 +9,20 @@ from urllib.parse import urlsplit
 import dramatiq
 import pytest
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
 from delivery_project.broker import reconnected_if_lost
+from outbox import leases
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher
+from outbox.publishing import publish
 from outbox.relay import BrokerUnavailable, Relay
 from outbox.subscriptions import queue_name
 from tests.outbox.relaying import broker_behind, effects_per_message, in_thread, published_count
+from tests.probe.events import ProbeEchoed
 from tests.probe.models import Effect
 from tests.probe.services import ping
 from tests.tcp_proxy import TcpProxy
@@ -272,12 +276,28 @@ def test_a_queue_that_is_down_is_an_outage_its_rows_wait_uncounted_and_flow_when
     assert not relay.queues_down
 
 
+@pytest.fixture
+def delete_queue(broker):
+    """Delete a subscriber's queue under the relay; declared again after the test, since Dramatiq's
+    broker object, which the tests that follow in this process share, still believes it declared."""
+    deleted = []
+
+    def delete(subscriber: str) -> str:
+        deleted.append(queue_name(subscriber))
+        broker.channel.queue_delete(deleted[-1])
+        return deleted[-1]
+
+    yield delete
+    for name in deleted:
+        reconnected_if_lost(broker)._declare_queue(name)
+
+
 def copies_in(queue: str, broker) -> int:
     return reconnected_if_lost(broker).channel.queue_declare(queue, passive=True).method.message_count
 
 
 def test_a_queue_deleted_under_a_running_relay_is_declared_again_and_the_others_get_each_row_once(
-    broker, transactional_db
+    broker, transactional_db, delete_queue
 ):
     """Issue 31: the relay declares each queue once; one deleted under it returned every copy for
     ever, and each try sent the waiting rows again to every subscriber they had reached."""
@@ -285,7 +305,7 @@ def test_a_queue_deleted_under_a_running_relay_is_declared_again_and_the_others_
     relay = Relay(broker=broker)
     ping(n=0)
     assert relay.drain() == 1  # every queue declared, by the relay's publisher
-    broker.channel.queue_delete(down)
+    delete_queue("probe_b")
     for n in range(1, 6):
         ping(n=n)
 
@@ -298,14 +318,14 @@ def test_a_queue_deleted_under_a_running_relay_is_declared_again_and_the_others_
 
 
 def test_a_queue_down_past_its_bound_has_its_waiting_copies_set_aside_and_nothing_else(
-    broker, transactional_db, settings
+    broker, transactional_db, settings, delete_queue
 ):
     settings.OUTBOX_RELAY_QUEUE_WAIT_SECONDS = 0.5
-    healthy, down = queue_name("probe_a"), queue_name("probe_b")
+    healthy = queue_name("probe_a")
     relay = Relay(broker=broker)
     ping(n=0)
     assert relay.drain() == 1
-    broker.channel.queue_delete(down)
+    delete_queue("probe_b")
     relay.publisher.declare_again = lambda queue: False  # its node is down: declaring it is refused too
     rows = [OutboxMessage.objects.get(stream=f"ping:{ping(n=n).pk}") for n in range(1, 4)]
 
@@ -321,3 +341,31 @@ def test_a_queue_down_past_its_bound_has_its_waiting_copies_set_aside_and_nothin
     )
     assert all("unavailable for over 0.5 s (OUTBOX_RELAY_QUEUE_WAIT_SECONDS)" in d.error for d in letters)
     assert copies_in(healthy, broker) == 4  # one copy of each row, however many tries
+
+
+def test_rows_the_broker_confirmed_are_marked_even_when_holding_back_a_returned_one_fails(
+    broker, transactional_db, monkeypatch, delete_queue
+):
+    """Issue 31: the rows waiting for a down queue were held back before the confirmed rows were
+    marked; the database failing there (a failover) left the confirmed rows to be sent again."""
+    relay = Relay(broker=broker)
+    ping(n=0)
+    assert relay.drain() == 1
+    delete_queue("probe_a")
+    relay.publisher.declare_again = lambda queue: False  # its node is down: declaring it is refused too
+    ping(n=1)  # to probe_a, whose copy comes back, and probe_b
+    with transaction.atomic():
+        publish(ProbeEchoed(n=2), stream="echo:held-back")  # to probe_b only: confirmed
+    echo = OutboxMessage.objects.get(type="probe.echoed")
+
+    def postpone_failing_over(rows, **kwargs):
+        raise DatabaseError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(leases, "postpone", postpone_failing_over)
+    with pytest.raises(DatabaseError):
+        relay.relay_batch()
+    monkeypatch.undo()
+
+    relay.unsettled.settle()  # what the next round writes back first
+    echo.refresh_from_db()
+    assert echo.published_at is not None, "confirmed by the broker, and to be sent again"
