@@ -142,8 +142,10 @@ def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
     sql, params = numbered_insert(row, connection=connection, due_now=due_now)
     connection.ensure_connection()
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
-    # would quote every value into the text of the statement and parse it anew each time.
-    with psycopg.Cursor(connection.connection) as cursor:
+    # would quote every value into the text of the statement and parse it anew each time. Its
+    # errors are Django's, as the ORM's are (a lost connection an OperationalError the API answers
+    # with 503, a refused value a DataError dispatch sets aside as unprocessable).
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         if connection.queries_logged:  # DEBUG, or a test counting statements: logged as Django's own are
             with CursorDebugWrapper(cursor, connection).debug_sql(sql, params):
                 cursor.execute(sql, params, prepare=True)

@@ -1,7 +1,7 @@
 import uuid
 
 import pytest
-from django.db import transaction
+from django.db import DataError, transaction
 from pydantic import ValidationError
 
 from outbox.envelope import Envelope
@@ -130,3 +130,14 @@ def test_publish_prepares_its_insert_unless_a_transaction_pooler_is_between(sett
         assert prepared == []
     else:  # the outbox insert, once per connection; nothing else reaches psycopg's threshold
         assert len(prepared) == 1 and "WITH numbered AS" in prepared[0], prepared
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_value_the_database_refuses_is_djangos_data_error_as_from_the_orm():
+    """publish() sends its insert through psycopg's own cursor; its errors are Django's all the same,
+    so dispatch sets aside a handler's refused value as unprocessable at once (a DataError) and
+    the API answers a lost connection with 503 (an OperationalError), instead of a retry and a 500."""
+    with pytest.raises(DataError, match="\\\\u0000"):
+        ping(n=1, fail={"probe_a": "a NUL \x00 in jsonb"})
+    assert not Ping.objects.exists() and not OutboxMessage.objects.exists()
