@@ -85,6 +85,11 @@ class WorkerHeartbeat(dramatiq.Middleware):
                 logger.debug("worker heartbeat not written: %s", error)
                 with contextlib.suppress(Exception):
                     close_old_connections()
+            finally:
+                # Back to the pool between beats: held, it would leave the handlers' threads, which
+                # the pool is sized for (DJANGO_DB_POOL_MAX_SIZE = --threads), one connection short.
+                with contextlib.suppress(Exception):
+                    connection.close()
             stop.wait(interval())
         gone(process)
         with contextlib.suppress(Exception):

@@ -53,3 +53,28 @@ def test_two_workers_in_one_process_each_stop_their_own_heartbeat(broker, transa
         worker.stop(timeout=10_000)
 
     wait_until(lambda: beating() == before, timeout=10, what="both heartbeat threads to end")
+
+
+def test_a_worker_heartbeat_gives_its_connection_back_between_beats(transactional_db):
+    """A pooled connection held by the heartbeat thread for good left the handlers' threads, which
+    DJANGO_DB_POOL_MAX_SIZE is sized for, one short (issue 31)."""
+    import threading
+
+    from django.db import connection
+
+    from outbox.heartbeats import WorkerHeartbeat
+
+    class OneBeat(threading.Event):
+        """The heartbeat's stop: it looks at the thread's connection between two beats, then stops it."""
+
+        def wait(self, timeout=None):
+            self.holding = connection.connection is not None  # runs in the heartbeat thread
+            self.set()
+            return True
+
+    stop = OneBeat()
+    beating = threading.Thread(target=WorkerHeartbeat()._beat, args=(stop,))
+    beating.start()
+    beating.join(10)
+
+    assert not beating.is_alive() and stop.holding is False
