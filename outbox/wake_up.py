@@ -56,8 +56,9 @@ class ListenForNotify(Poll):
     run on whichever server connection the pooler picked, and the NOTIFYs would arrive there,
     never here. Every OUTBOX_LISTEN_CHECK_SECONDS it NOTIFYs itself through the main connection,
     the way committed rows do; a probe unheard for PROBE_DEADLINE_SECONDS means wake-ups are not
-    arriving, which it says in the log and in outbox_relay_notify_unheard (polling goes on).
-    After a database restart it listens again on a new connection; until that succeeds it polls.
+    arriving, which it says in the log and in outbox_relay_notify_unheard (polling goes on), and
+    it listens again on a new connection. After a database restart, or when the database was away
+    as the relay started, it listens on a new connection; until that succeeds it polls.
     """
 
     PROBE_DEADLINE_SECONDS = 5.0
@@ -68,7 +69,11 @@ class ListenForNotify(Poll):
         self.probe_sent_at: float | None = None  # a probe awaiting its echo
         self.next_probe_at = 0.0
         self.unheard = False
-        self.conn = self._listen()
+        self.conn: psycopg.Connection | None = None
+        try:
+            self.conn = self._listen()
+        except psycopg.Error as error:  # the database is away: poll, and listen once it is back
+            logger.warning("relay wake-ups unavailable until the database answers, polling meanwhile: %s", error)
 
     @staticmethod
     def _listen() -> psycopg.Connection:
@@ -85,7 +90,7 @@ class ListenForNotify(Poll):
     def __call__(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
-            if self.conn.closed:
+            if self.conn is None or self.conn.closed:
                 self.conn = self._listen()
             self._probe_if_due()
             while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
@@ -95,7 +100,8 @@ class ListenForNotify(Poll):
                     self._heard()
                 self._overdue()
         except (psycopg.Error, DatabaseError):
-            self.conn.close()
+            if self.conn is not None:
+                self.conn.close()
             super().__call__(max(0.0, deadline - time.monotonic()))
 
     def _probe_if_due(self) -> None:
@@ -126,9 +132,11 @@ class ListenForNotify(Poll):
                 settings.OUTBOX_RELAY_POLL_SECONDS,
             )
             self.probe_sent_at = None  # the next probe, at its time, tells when it works again
+            self.conn.close()  # and on a new LISTEN connection: whatever broke this one may be gone
 
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
 
 
 class SubscribeToNudges(Poll):

@@ -1,6 +1,7 @@
 """The relay's LISTEN: on a connection of its own, and it says so when NOTIFYs stop reaching it."""
 
 import logging
+import socket
 import threading
 
 import pytest
@@ -73,5 +74,45 @@ def test_a_listen_that_hears_says_nothing_and_still_wakes_on_each_row(settings, 
         waiting.join(10)
         assert woke.is_set(), "a NOTIFY did not wake it"
         assert "wake-ups lost" not in caplog.text and _unheard() in (None, 0)
+    finally:
+        waiter.close()
+
+
+def test_a_relay_started_while_the_database_is_away_listens_once_it_answers(settings, caplog):
+    """Issue 31: a LISTEN that failed as the relay started left it polling for good."""
+    with socket.socket() as probe:  # a port nobody listens on: the database, away
+        probe.bind(("127.0.0.1", 0))
+        away = probe.getsockname()[1]
+    good = _listen_params(application_name="late-listen")
+    settings.OUTBOX_LISTEN_CONNECTION = {**good, "host": "127.0.0.1", "port": away}
+    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    waiter = wake_up.waiter(threading.Event())
+    try:
+        assert isinstance(waiter, wake_up.ListenForNotify), "it gave up listening for good"
+        waiter(0.1)  # polls meanwhile
+        assert "polling meanwhile" in caplog.text
+
+        settings.OUTBOX_LISTEN_CONNECTION = good  # the database is back
+        waiter(0.1)
+        assert _listening("late-listen") == [f"LISTEN {wake_up.NOTIFY_CHANNEL}"]
+    finally:
+        waiter.close()
+
+
+def test_an_unheard_probe_listens_again_on_a_new_connection_by_itself(settings, monkeypatch, caplog):
+    """Issue 31: the warning was all; the deaf connection stayed, and only a restart listened anew."""
+    good = _listen_params(application_name="deaf-then-heard")
+    settings.OUTBOX_LISTEN_CONNECTION = {**good, "dbname": "postgres"}  # deaf: another database's NOTIFYs
+    settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
+    monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 0.5)
+    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    waiter = wake_up.ListenForNotify(threading.Event())
+    try:
+        wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=10, what="the warning")
+        settings.OUTBOX_LISTEN_CONNECTION = good
+        # No one closes its connection this time: the unheard probe made it listen anew.
+        wait_until(
+            lambda: waiter(0.2) or "relay wake-ups work again" in caplog.text, timeout=10, what="the probe heard"
+        )
     finally:
         waiter.close()
