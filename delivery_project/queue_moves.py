@@ -22,7 +22,9 @@ HOLDING_SUFFIX = ".moving"
 
 
 class QueueInUse(Exception):
-    """A queue still has consumers: workers would take messages while they are being moved."""
+    """A queue still has consumers (workers would take messages while they are being moved), or
+    took a message while being moved (a relay still publishing: consumers can be counted,
+    publishers cannot)."""
 
 
 def queues_of(subscriber_queues: list[str]) -> Iterator[str]:
@@ -47,7 +49,7 @@ def move_queues(
             channel.queue_declare(holding, durable=True, arguments={"x-queue-type": "quorum"})
             if existing[queue][0] is not None:
                 moved[queue] = _move(channel, queue, holding)
-                channel.queue_delete(queue)
+                _delete_if_empty(channel, queue)
         broker.queues.discard(name)
         broker.queues_pending.add(name)
         broker.declare_queue(name, ensure=True)  # the queue and its companions, of the new type
@@ -59,11 +61,25 @@ def move_queues(
         for queue in (name, dq_name(name), xq_name(name)):
             holding = queue + HOLDING_SUFFIX
             back = _move(channel, holding, queue)
-            channel.queue_delete(holding)
+            _delete_if_empty(channel, holding)
             moved[queue] = max(moved.get(queue, 0), back)
             progress(f"{queue}: {back} messages, now {broker.queue_type}")
         channel.close()
     return moved
+
+
+def _delete_if_empty(channel, queue: str) -> None:
+    """Delete `queue` only if nothing arrived since it was emptied: a message a relay published
+    meanwhile stays where it is, and the move stops, to be run again once the relays are stopped.
+    Counted, then deleted: quorum queues refuse `queue.delete` with `if-empty` (NOT_IMPLEMENTED,
+    closing the connection), so a message published in the round trip between stays possible;
+    the command's docs say to stop the relays first."""
+    if channel.queue_declare(queue, passive=True).method.message_count:
+        raise QueueInUse(
+            f"{queue} took a message while it was being moved: stop the relays too, then run it again "
+            "(what is moved already waits in its .moving queue and is brought back first)"
+        )
+    channel.queue_delete(queue)
 
 
 def _confirming_channel(broker: QueueTypeRabbitmqBroker):

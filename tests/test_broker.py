@@ -12,8 +12,14 @@ from django.core.management.base import CommandError
 from dramatiq.common import dq_name, xq_name
 
 from deliveries.models import Delivery
-from delivery_project.broker import QUORUM_ARGUMENTS, QueueTypeRabbitmqBroker, broker_urls, describe
-from delivery_project.queue_moves import HOLDING_SUFFIX, move_queues
+from delivery_project.broker import (
+    QUORUM_ARGUMENTS,
+    QueueTypeRabbitmqBroker,
+    broker_urls,
+    describe,
+    reconnected_if_lost,
+)
+from delivery_project.queue_moves import HOLDING_SUFFIX, QueueInUse, move_queues, queues_of
 from harness.scratch import delete_queues
 from tests.factories import Customer
 from tests.processes import MANAGE
@@ -160,6 +166,42 @@ def test_moving_populated_classic_queues_to_quorum_keeps_every_message():
     finally:
         for queue in list(contents) + [q + HOLDING_SUFFIX for q in contents]:
             quorum.channel.queue_delete(queue)
+        classic.close()
+        quorum.close()
+
+
+@rabbitmq_only
+@pytest.mark.integration
+def test_a_message_published_during_a_move_stops_it_and_is_not_deleted(monkeypatch):
+    """Issue 31: the old queue was deleted without if_empty, so what a relay still running published
+    between the move and the delete went with it (consumers can be counted, publishers cannot)."""
+    from delivery_project import queue_moves
+
+    name = f"{settings.OUTBOX_QUEUE_PREFIX}move-{uuid.uuid4().hex[:6]}-late"
+    urls = broker_urls(settings.BROKER_URL)
+    classic = QueueTypeRabbitmqBroker(url=urls, queue_type="classic", confirm_delivery=True)
+    quorum = QueueTypeRabbitmqBroker(url=urls, queue_type="quorum", confirm_delivery=True)
+    channel = classic.connection.channel()
+    channel.confirm_delivery()
+    move = queue_moves._move
+
+    def a_relay_publishes_meanwhile(moving, source, target):
+        count = move(moving, source, target)
+        if source == name:
+            publish(channel, name, [b"late"])  # after the queue was emptied, before it is deleted
+        return count
+
+    monkeypatch.setattr(queue_moves, "_move", a_relay_publishes_meanwhile)
+    try:
+        classic.declare_queue(name, ensure=True)
+        publish(channel, name, [b"early"])
+        with pytest.raises(QueueInUse, match="stop the relays too"):
+            move_queues(quorum, [name], progress=lambda line: None)
+        check = quorum.connection.channel()
+        assert held(check, name) == [b"late"] and held(check, name + HOLDING_SUFFIX) == [b"early"]
+    finally:
+        for queue in [*queues_of([name]), *(q + HOLDING_SUFFIX for q in queues_of([name]))]:
+            reconnected_if_lost(quorum).channel.queue_delete(queue)
         classic.close()
         quorum.close()
 
