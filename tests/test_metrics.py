@@ -170,3 +170,17 @@ def test_with_a_monitoring_token_metrics_and_readiness_answer_only_its_holder(se
         holder = Client(headers={"Authorization": "Bearer a-long-random-monitoring-token"})
         assert holder.get(path).status_code == 200
     assert Client().get("/healthz").status_code == 200  # liveness stays open
+
+
+@pytest.mark.django_db
+def test_the_monitoring_token_is_read_as_written_whatever_the_schemes_case_and_stray_whitespace(settings):
+    settings.MONITORING_TOKEN = "a-long-random-monitoring-token\n"  # as a secret file leaves it
+
+    for authorization in (
+        "Bearer a-long-random-monitoring-token",
+        "bearer a-long-random-monitoring-token",
+        "BEARER  a-long-random-monitoring-token ",
+    ):
+        assert Client(headers={"Authorization": authorization}).get("/metrics").status_code == 200, authorization
+    for authorization in ("Basic a-long-random-monitoring-token", "a-long-random-monitoring-token", "Bearer"):
+        assert Client(headers={"Authorization": authorization}).get("/metrics").status_code == 401, authorization
