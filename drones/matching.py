@@ -179,8 +179,11 @@ def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
     first = min(heads[0].union(*heads[1:], all=True), default=None) if heads else None
     if first is None:
         return None
-    taken = Assignment.objects.filter(delivery_id=first[2], status=Assignment.Status.WAITING)
-    return taken.select_for_update(skip_locked=True).first() or line_for(drone, now=now).first()
+    # Locked through the line's own conditions: PostgreSQL checks them again on the row it locks,
+    # so a reschedule that committed since the read above (new places, a new deadline) cannot hand
+    # this drone a delivery it can no longer reach in time.
+    taken = line_for(drone, now=now).filter(delivery_id=first[2])
+    return taken.first() or line_for(drone, now=now).first()
 
 
 def lock_the_waiting_line() -> None:
