@@ -9,12 +9,12 @@ a timer (`drone.fleet_check_due`) every DRONE_FLEET_CHECK_SECONDS, started by th
 that joins the line and ending once the line is empty, hands every free drone to `find_work`.
 """
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID, uuid5
 
 from django.conf import settings
 
-from drones import scheduling
 from drones.events import DroneFleetCheckDue
 from drones.models import Assignment, Drone, FleetCheck
 from outbox.publishing import publish
@@ -46,9 +46,10 @@ def keep_running(*, now: datetime) -> None:
     _schedule_next(check, now=now)
 
 
-def check(*, generation: int, now: datetime) -> int:
-    """The timer fired: offer the free drones to the line, then set the next timer while anyone waits.
-    Returns how many waiting deliveries got a drone."""
+def check(*, generation: int, now: datetime, find_work: Callable[..., Assignment | None]) -> int:
+    """The timer fired: offer the free drones to the line (each through `find_work`, the scheduler's
+    own, given by the service so that this module and the scheduler do not import each other),
+    then set the next timer while anyone waits. Returns how many waiting deliveries got a drone."""
     check = FleetCheck.objects.select_for_update().filter(id=1).first()
     if check is None or check.generation != generation:
         return 0  # an older chain's timer
@@ -56,7 +57,7 @@ def check(*, generation: int, now: datetime) -> int:
     if Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
         free = Drone.objects.filter(status=Drone.Status.AVAILABLE, delivery_id__isnull=True).order_by("updated_at")
         for drone in free.select_for_update(skip_locked=True)[:DRONES_PER_CHECK]:
-            taken += scheduling.find_work(drone, fly_home=False) is not None
+            taken += find_work(drone, fly_home=False) is not None
     if Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
         _schedule_next(check, now=now)
     else:

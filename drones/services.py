@@ -306,4 +306,4 @@ def return_drone_to_service(*, drone_id: UUID) -> Drone:
 def check_fleet(*, generation: int) -> int:
     """The fleet check's timer fired: free drones are offered to the waiting line (drones.fleet_check)."""
     with atomic():
-        return fleet_check.check(generation=generation, now=timezone.now())
+        return fleet_check.check(generation=generation, now=timezone.now(), find_work=scheduling.find_work)

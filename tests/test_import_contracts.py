@@ -18,6 +18,7 @@ BAD_IMPORTS = {
     ),
     "outbox/subscriptions.py": ("import outbox.dispatch", "The kernel is layered"),
     "delivery_project/urls.py": ("import harness.chaos", "Nothing that ships imports the workshop"),
+    "drones/fleet_check.py": ("import drones.scheduling", "fleet check is below the scheduler"),
 }
 
 
