@@ -314,3 +314,15 @@ def test_a_package_on_its_way_cannot_be_sent_again_until_its_delivery_ends(custo
     assert other_customer.request(delivery_request(packageInfo=package)).status_code == 202  # ids are per customer
     Delivery.objects.filter(customer=customer.customer).update(status="failed")
     assert customer.request(delivery_request(packageInfo=package)).status_code == 202  # it may travel again
+
+
+def test_a_package_whose_delivery_was_cancelled_may_be_sent_again(customer):
+    package = {"packageId": str(uuid4()), "size": "Small", "weight": 1.5}
+    first = customer.request(delivery_request(packageInfo=package))
+    assert customer.cancel(first.json()["deliveryId"]).status_code == 202  # cancelled has ended, as failed has
+    customer.client.raise_request_exception = False  # a refusal by the database is answered, as in production
+
+    again = customer.request(delivery_request(packageInfo=package))
+
+    assert again.status_code == 202, again.content
+    assert sorted(Delivery.objects.values_list("status", flat=True)) == ["cancelled", "requested"]

@@ -9,7 +9,7 @@ from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from notifications.models import Notification
 from outbox.dispatch import dispatch
-from outbox.models import InboxMessage, StreamCursor
+from outbox.models import InboxMessage, OutboxMessage, StreamCursor
 from packages.models import Package
 from tests.factories import delivery_request, requested
 
@@ -174,6 +174,26 @@ def test_an_arrival_handled_before_the_last_reports_counts_no_gap_and_warns_of_n
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
+def test_position_reports_handled_after_the_arrival_leave_the_delivery_at_its_drop_off(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    reports = choreography.pending(delivery_id, "drone.position_reported")
+    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
+    choreography.hand_over(arrived)  # workers handled the arrival before every report of the flight
+    at_the_drop_off = Delivery.objects.get(id=delivery_id).last_known_location
+    assert (at_the_drop_off["latitude"], at_the_drop_off["longitude"]) == (
+        arrived.payload["latitude"],
+        arrived.payload["longitude"],
+    )
+
+    for report in reports:
+        choreography.hand_over(report)
+
+    assert all(r.payload["latitude"] != arrived.payload["latitude"] for r in reports)  # each one short of it
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.last_known_location) == ("delivered", at_the_drop_off)
+
+
 def test_an_arrival_after_the_deadline_is_delivered_late_never_on_time(customer, fleet, choreography):
     delivery_id = requested(customer)
     choreography.settle(delivery_id, hold=("drone.arrived",))
@@ -218,6 +238,22 @@ def test_the_timeline_lists_events_in_causal_order_with_their_subscribers(custom
     types = [e["type"] for e in timeline]
     assert types.index("drone.arrived") < types.index("delivery.completed") < types.index("drone.released")
     assert all(s["outcome"] == "processed" for e in timeline for s in e["subscribers"])
+
+
+def test_the_timeline_keeps_each_cause_before_its_effects_when_a_hosts_clock_runs_ahead(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    request = OutboxMessage.objects.get(correlation_id=delivery_id, type="delivery.requested")
+    request.occurred_at += timedelta(seconds=10)  # the web host that took it runs 10 s ahead of the workers
+    request.save(update_fields=["occurred_at"])
+    choreography.settle(delivery_id)
+
+    timeline = customer.get(f"/deliveries/{delivery_id}/timeline").json()
+
+    by_id = {e["messageId"]: i for i, e in enumerate(timeline)}
+    for position, event in enumerate(timeline):
+        cause = event["causationId"]
+        assert cause is None or by_id[cause] < position, f"{event['type']} listed before its cause"
+    assert timeline[0]["messageId"] == str(request.message_id)  # the request, though stamped 10 s later
 
 
 def test_the_release_and_cancel_compensations_report_failure_as_compensation_failed():

@@ -4,9 +4,11 @@ the package back."""
 
 import hashlib
 import json
+from datetime import timedelta
 from uuid import UUID
 
 import pytest
+from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Drone
@@ -92,6 +94,20 @@ def test_a_wrong_token_changes_nothing_and_a_used_one_opens_nothing_again(custom
     assert len(published(delivery_id, "delivery.completed")) == 1
 
 
+def test_no_token_confirms_a_delivery_before_one_was_ever_issued(customer, fleet, choreography):
+    delivery_id = at_the_drop_off(customer, choreography)
+    assert Delivery.objects.get(id=delivery_id).confirmation_token_hash == ""  # nobody asked for a token yet
+
+    for guess in ("x" * 43, "a"):
+        response = confirm(customer, delivery_id, token=guess)
+        assert response.status_code == 403, (guess, response.content)
+        assert response.json()["errors"][0]["field"] == "token"
+
+    assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
+    assert not published(delivery_id, "delivery.completed")
+    assert confirm(customer, delivery_id).status_code == 200  # a token issued now still works
+
+
 def test_a_wrong_confirmation_type_is_422_and_changes_nothing(customer, fleet, choreography):
     delivery_id = at_the_drop_off(customer, choreography)
 
@@ -129,6 +145,21 @@ def test_no_confirmation_in_time_fails_it_and_the_drone_brings_the_package_back(
     assert "package_returned" in delivery.compensations and "drone_released" in delivery.compensations
     assert Drone.objects.filter(status="available").count() == 3
     assert confirm(customer, delivery_id, token=token).status_code == 409
+
+
+def test_a_late_arrival_that_awaits_its_confirmation_is_late_too(customer, fleet, choreography):
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.arrived",))
+    Delivery.objects.filter(id=delivery_id).update(deadline=timezone.now() - timedelta(seconds=1))
+
+    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
+    choreography.hand_over(arrived)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("awaiting_confirmation", "late")
+    assert customer.get(f"/deliveries/{delivery_id}/status").json()["statusReason"] == "late"
+    assert confirm(customer, delivery_id).status_code == 200
+    assert Delivery.objects.get(id=delivery_id).status_reason == "late"  # confirmed, still not on time
 
 
 @pytest.mark.parametrize("kind", ["None"])

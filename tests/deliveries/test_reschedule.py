@@ -102,3 +102,24 @@ def test_bad_reschedules_name_the_field(customer):
         assert response.status_code == 422, (change, response.content)
         assert field in [e["field"] for e in response.json()["errors"]], (change, response.json())
     assert Delivery.objects.get(id=delivery_id).dropoff_location == body["dropOffLocation"] | {"altitude": None}
+
+
+def test_a_reschedule_checks_the_deadline_against_the_new_places_not_the_old(customer, settings):
+    settings.DRONE_SIMULATION_SPEEDUP, settings.DELIVERY_FASTEST_DRONE_KMH = 1, 60  # real flights: a km a minute
+    pickup_time = timezone.now() + timedelta(minutes=5)
+    deadline = pickup_time + timedelta(minutes=3)
+    body = delivery_request(pickupTime=pickup_time.isoformat(), deadline=deadline.isoformat())
+    delivery_id = UUID(customer.request(body).json()["deliveryId"])  # 2.4 km: 2.5 min, within the 3 min
+    far = {"latitude": BASE[0] - 0.2, "longitude": BASE[1] + 0.2, "altitude": 10.0}  # about 25 km from the pickup
+    near = {"latitude": BASE[0] + 0.005, "longitude": BASE[1], "altitude": 10.0}  # about 0.6 km from the pickup
+
+    too_far = patch(customer, delivery_id, {"dropOffLocation": far})
+
+    assert too_far.status_code == 422, too_far.content
+    (error,) = too_far.json()["errors"]
+    assert error["field"] == "deadline" and "at or after" in error["message"]
+    assert Delivery.objects.get(id=delivery_id).dropoff_location == body["dropOffLocation"] | {"altitude": None}
+    one_minute = (pickup_time + timedelta(minutes=1)).isoformat()  # too soon from the old drop-off, not the new one
+    closer = patch(customer, delivery_id, {"dropOffLocation": near, "deadline": one_minute})
+    assert closer.status_code == 202, closer.content
+    assert Delivery.objects.get(id=delivery_id).dropoff_location == near

@@ -1,7 +1,7 @@
 """The waiting line, in a chosen message order (real dispatch, no broker hop): wait, don't refuse."""
 
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from django.utils import timezone
@@ -327,6 +327,37 @@ def test_the_next_assignment_measures_from_where_the_drone_landed(customer, flee
     choreography.settle(second, hold=("delivery.dispatched",))
 
     assert assignment(second).drone_id == landed.pk  # the one already there, though not the nearest home
+
+
+def a_drone(name: str, *, home: Point, at: Point, range_km: float) -> Drone:
+    return Drone.objects.create(
+        id=uuid4(),
+        name=name,
+        max_payload_kg=10.0,
+        range_km=range_km,
+        speed_kmh=60.0,
+        home_latitude=home.latitude,
+        home_longitude=home.longitude,
+        latitude=at.latitude,
+        longitude=at.longitude,
+    )
+
+
+def test_the_nearest_drone_is_passed_over_when_it_could_not_fly_home_from_the_drop_off(db):
+    def north(km: float) -> Point:
+        return Point(BASE[0] + km / 111.195, BASE[1])
+
+    home, pickup, dropoff = north(0), north(1), north(-11)
+    assert (round(distance_km(pickup, dropoff)), round(distance_km(dropoff, home))) == (12, 11)
+    a_drone("short-range", home=home, at=pickup, range_km=20)  # already at the pickup: 0 + 12 + 11 km is 23
+    a_drone("long-range", home=north(-3), at=north(-3), range_km=40)  # 4 + 12 + 8 km
+
+    delivery_id = uuid4()
+    services.schedule_drone(delivery_id=delivery_id, pickup=pickup, dropoff=dropoff, weight_kg=1.0)
+
+    reserved = assignment(delivery_id)
+    assert (reserved.status, reserved.drone.name) == ("reserved", "long-range")
+    assert Drone.objects.get(name="short-range").status == "available"
 
 
 @pytest.mark.parametrize(

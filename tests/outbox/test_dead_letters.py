@@ -10,6 +10,7 @@ from outbox.dead_letters import record_dead_letter
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relay import Relay
+from tests.factories import a_dead_letter
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping, request_undo
 from tests.waiting import wait_until
@@ -129,6 +130,18 @@ def test_the_command_lists_and_replays_a_group(worker, broker, capsys):
         lambda: set(DeadLetter.objects.values_list("status", flat=True)) == {"processed"},
         what="each replayed letter closed as processed",
     )
+
+
+def test_a_replay_naming_a_letter_that_is_no_longer_open_replays_none_of_the_letters_it_names(db):
+    discarded, still_open = a_dead_letter(), a_dead_letter()
+    discard_dead_letter(letter_id=discarded.pk, by="ops", note="customer refunded")
+
+    with pytest.raises(CommandError, match=f"nothing replayed: dead letter {discarded.pk} is discarded, not open"):
+        call_command("dead_letters", "replay", str(discarded.pk), str(still_open.pk))
+
+    still_open.refresh_from_db()
+    assert (still_open.status, still_open.replays, still_open.resolved_at) == ("open", 0, None)
+    assert not OutboxMessage.objects.filter(message_id=still_open.message_id).exists()  # nothing sent again
 
 
 def test_a_compensation_that_keeps_failing_is_dead_lettered_as_compensation_failed(worker, broker):

@@ -40,3 +40,63 @@ def test_the_first_messages_of_a_new_stream_arriving_together_make_one_cursor_an
     # Each one that went forward went past every step it skipped, once: the gaps add up.
     forward = sorted(n for n, position in seen.items() if position != Position.STALE)
     assert cursor.gaps == count - len(forward)
+
+
+def waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_of_a_stream_waits_for_the_cursor_another_has_read_until_that_one_commits(monkeypatch):
+    """The interleaving that lets two handlers of one stream both advance without the cursor's lock,
+    forced every time: #3 has read the cursor (at #1) and is paused in its transaction; #2 comes."""
+    from outbox import ordering
+    from tests.waiting import wait_until
+
+    StreamCursor.objects.create(subscriber="probe_a", stream="race:2", last_sequence=1)
+    read, go, second_done, seen, errors = threading.Event(), threading.Event(), threading.Event(), {}, []
+    locked_cursor = ordering._locked_cursor
+
+    def pausing_after_the_read(subscriber, stream):
+        found = locked_cursor(subscriber, stream)
+        if threading.current_thread().name == "first":
+            read.set()
+            go.wait(20)  # holding what it read, not yet committed
+        return found
+
+    monkeypatch.setattr(ordering, "_locked_cursor", pausing_after_the_read)
+
+    def take(sequence: int, done=None) -> None:
+        try:
+            with transaction.atomic():
+                seen[sequence] = advance(subscriber="probe_a", stream="race:2", sequence=sequence)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+            if done:
+                done.set()
+
+    first = threading.Thread(target=take, args=(3,), name="first")
+    second = threading.Thread(target=take, args=(2, second_done))
+    first.start()
+    try:
+        assert read.wait(20)
+        second.start()
+        # The second either reads the cursor at once (no lock: it sees #1 too) or waits for the first.
+        wait_until(lambda: second_done.is_set() or waiting_on_a_lock(), what="the second handler to read or wait")
+        second_read_before_the_first_committed = second_done.is_set()
+    finally:
+        go.set()
+        first.join(30)
+        second.join(30)
+    assert errors == []
+
+    assert seen == {3: Position.GAP, 2: Position.STALE}  # one advanced; the other found it past #2
+    assert not second_read_before_the_first_committed
+    cursor = StreamCursor.objects.get(subscriber="probe_a", stream="race:2")
+    assert (cursor.last_sequence, cursor.gaps, cursor.stale) == (3, 1, 1)

@@ -3,10 +3,12 @@
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from xml.etree import ElementTree
 
 from outbox.sequence_diagram import causal_order, offset, render
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+SVG = "{http://www.w3.org/2000/svg}"
 LANES = ("customer (API)", "deliveries", "packages", "drones", "notifications")
 
 
@@ -103,3 +105,30 @@ def test_a_party_outside_the_lanes_gets_a_lane_and_hostile_text_is_escaped():
     assert 'data-lane="elsewhere"' in drawn
     assert "<script>" not in drawn and "&lt;script&gt;" in drawn
     assert "No events yet." in render([], lanes=LANES, now=T0)
+
+
+def test_hostile_lane_names_are_escaped_in_their_heads_rows_and_attributes():
+    context, subscriber = "R&D <script>alert(1)</script>", '<script>alert("2")</script> & co'
+    strange = event(
+        "delivery.requested",
+        context,
+        [subscriber],
+        **{
+            subscriber: {
+                "dead_letter": {"id": 7, "reason": "handler_error", "attempts": 4, "first_failed_at": T0},
+                "replayed_at": T0 + timedelta(seconds=40),
+                "duplicates": 1,
+            }
+        },
+    )
+    drawn = render([strange], lanes=(*LANES, context), now=T0)
+
+    assert "<script>" not in drawn and "</script>" not in drawn
+    assert re.findall(r"&(?!amp;|lt;|gt;|quot;)", drawn) == []  # every ampersand is an entity's
+    root = ElementTree.fromstring(drawn)  # well-formed: each name is text, not markup
+    heads = [g for g in root.iter(f"{SVG}g") if g.get("class") == "lane-head"]
+    assert [(g.get("data-lane"), g.find(f"{SVG}text").text) for g in heads][-2:] == [
+        (context, context),
+        (subscriber, subscriber),
+    ]
+    assert f"delivery.requested replayed to {subscriber}" in "".join(root.itertext())
