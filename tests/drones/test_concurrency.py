@@ -337,3 +337,58 @@ def test_the_two_ways_of_going_idle_are_serialised_by_the_waiting_lines_lock(tra
 
     assert idle_drones_while_deliveries_wait() == []
     assert Assignment.objects.get(delivery_id=second).status == "reserved"
+
+
+def test_a_freed_drone_never_takes_a_delivery_rescheduled_out_of_its_reach_between_its_look_and_its_lock(
+    transactional_db, monkeypatch
+):
+    """Issue 31: a freed drone read the head of the waiting line unlocked, then locked it by its
+    delivery alone; a reschedule committing in between (new places, out of its range) was taken."""
+
+    def in_maintenance(name: str, range_km: float) -> Drone:
+        return Drone.objects.create(
+            id=uuid.uuid4(),
+            name=name,
+            status=Drone.Status.MAINTENANCE,
+            max_payload_kg=10.0,
+            range_km=range_km,
+            speed_kmh=60.0,
+            home_latitude=BASE[0],
+            home_longitude=BASE[1],
+            latitude=BASE[0],
+            longitude=BASE[1],
+        )
+
+    short, _ = in_maintenance("short-range", 20.0), in_maintenance("long-range", 200.0)  # the fleet can fly both
+    delivery_id, pickup, near, far = (
+        uuid.uuid4(),
+        Point(*BASE),
+        Point(BASE[0] - 0.02, BASE[1]),
+        Point(BASE[0] + 0.5, BASE[1]),
+    )
+    services.schedule_drone(delivery_id=delivery_id, pickup=pickup, dropoff=near, weight_kg=1.0)
+    assert Assignment.objects.get(delivery_id=delivery_id).status == "waiting"  # every drone in maintenance
+
+    def reschedule_out_of_its_reach() -> None:  # 55 km north: out of the short-range drone's 20 km
+        try:
+            services.reschedule_drone(delivery_id=delivery_id, round=2, pickup=pickup, dropoff=far, weight_kg=1.0)
+        finally:
+            connection.close()
+
+    rescheduled = []
+
+    def head_then_a_reschedule_commits(*args, **kwargs):  # right after the unlocked read of the line's heads
+        head = min(*args, **kwargs)
+        if not rescheduled:
+            rescheduled.append(threading.Thread(target=reschedule_out_of_its_reach))
+            rescheduled[0].start()
+            rescheduled[0].join(30)
+        return head
+
+    monkeypatch.setattr(matching, "min", head_then_a_reschedule_commits, raising=False)
+    services.return_drone_to_service(drone_id=short.pk)  # back from maintenance: it looks for work
+
+    assert rescheduled and not rescheduled[0].is_alive()
+    waiting = Assignment.objects.get(delivery_id=delivery_id)
+    assert (waiting.round, waiting.status, waiting.drone_id) == (2, "waiting", None)
+    assert Drone.objects.get(pk=short.pk).status == "available"
