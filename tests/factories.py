@@ -112,3 +112,15 @@ def dead_letter_then_replay(choreography, delivery_id: UUID, monkeypatch) -> Dea
     dispatch(subscriber="notifications", body=replay_dead_letter(letter_id=letter.pk, by="operator").envelope())
     letter.refresh_from_db()
     return letter
+
+
+def arrived_after_the_deadline(choreography, delivery_id: UUID):
+    """Run the delivery's choreography up to its drone's arrival, move its deadline into the past,
+    then hand the arrival over; the `drone.arrived` event it handed over."""
+    from deliveries.models import Delivery
+
+    choreography.settle(delivery_id, hold=("drone.arrived",))
+    Delivery.objects.filter(id=delivery_id).update(deadline=timezone.now() - timedelta(seconds=1))
+    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
+    choreography.hand_over(arrived)
+    return arrived

@@ -3,15 +3,13 @@
 from datetime import timedelta
 from uuid import UUID
 
-from django.utils import timezone
-
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from notifications.models import Notification
 from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage, StreamCursor
 from packages.models import Package
-from tests.factories import delivery_request, requested
+from tests.factories import arrived_after_the_deadline, delivery_request, requested
 
 
 def status(delivery_id) -> str:
@@ -196,11 +194,7 @@ def test_position_reports_handled_after_the_arrival_leave_the_delivery_at_its_dr
 
 def test_an_arrival_after_the_deadline_is_delivered_late_never_on_time(customer, fleet, choreography):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.arrived",))
-    Delivery.objects.filter(id=delivery_id).update(deadline=timezone.now() - timedelta(seconds=1))
-
-    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
-    choreography.hand_over(arrived)
+    arrived_after_the_deadline(choreography, delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("delivered", "late")

@@ -4,17 +4,15 @@ the package back."""
 
 import hashlib
 import json
-from datetime import timedelta
 from uuid import UUID
 
 import pytest
-from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.models import OutboxMessage
 from packages.models import Package
-from tests.factories import delivery_request
+from tests.factories import arrived_after_the_deadline, delivery_request
 
 
 def requested(customer, kind: str = "FingerPrint") -> UUID:
@@ -149,11 +147,7 @@ def test_no_confirmation_in_time_fails_it_and_the_drone_brings_the_package_back(
 
 def test_a_late_arrival_that_awaits_its_confirmation_is_late_too(customer, fleet, choreography):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.arrived",))
-    Delivery.objects.filter(id=delivery_id).update(deadline=timezone.now() - timedelta(seconds=1))
-
-    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
-    choreography.hand_over(arrived)
+    arrived_after_the_deadline(choreography, delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("awaiting_confirmation", "late")

@@ -2,6 +2,7 @@
 BROKER_URL, and deliveries still made while the node leading the queues is stopped and while
 another is killed with SIGKILL. The cluster is the tests' own (harness/rabbitmq_cluster.py)."""
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -25,6 +26,38 @@ pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq, pytest.mark.slow]
 BOUND_SECONDS = 60  # request to delivered, for every delivery, faults included
 
 
+def cluster_env(env: dict, cluster, prefix: str, **more: str) -> dict:
+    """The processes' environment on the rig's cluster: every node in BROKER_URL, quorum queues."""
+    return {
+        **env,
+        "BROKER_URL": " ".join(f"{url}?heartbeat=5" for url in cluster.urls),
+        "RABBITMQ_QUEUE_TYPE": "quorum",
+        "OUTBOX_QUEUE_PREFIX": prefix,
+        **more,
+    }
+
+
+@contextlib.contextmanager
+def processes(tmp_path):
+    """start(name, env, *command): manage.py <command>, logging to tmp_path/<name>.log; each is
+    terminated, and waited for, at the end."""
+    started, logs = [], []
+
+    def start(name: str, env: dict, *command: str) -> None:
+        logs.append((tmp_path / f"{name}.log").open("w"))
+        started.append(subprocess.Popen([*MANAGE, *command], env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            process.wait(30)
+        for log in logs:
+            log.close()
+
+
 def delivered_in(count: int, since_count: int) -> None:
     wait_until(
         lambda: Delivery.objects.filter(status="delivered").count() == since_count + count,
@@ -37,41 +70,22 @@ def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is
     env, rabbitmq_cluster, tmp_path
 ):
     cluster = rabbitmq_cluster
-    prefix = f"{settings.OUTBOX_QUEUE_PREFIX}cluster-"
-    on_the_cluster = {
-        **env,
-        "BROKER_URL": " ".join(f"{url}?heartbeat=5" for url in cluster.urls),
-        "RABBITMQ_QUEUE_TYPE": "quorum",
-        "OUTBOX_QUEUE_PREFIX": prefix,
-    }
+    on_the_cluster = cluster_env(env, cluster, prefix := f"{settings.OUTBOX_QUEUE_PREFIX}cluster-")
     seed_fleet(count=20, latitude=BASE[0], longitude=BASE[1])
     alice = Customer("alice")
-    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("workers", "relay")}
-    processes = [
-        subprocess.Popen(
-            [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "4"],
-            env=on_the_cluster,
-            stdout=logs["workers"],
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [*MANAGE, "relay_outbox", "--progress-every", "0"],
-            env=on_the_cluster,
-            stdout=logs["relay"],
-            stderr=subprocess.STDOUT,
-        ),
-    ]
 
     def request(n: int) -> None:
         for _ in range(n):
             assert alice.request(delivery_request()).status_code == 202
 
-    try:
+    with processes(tmp_path) as start:
+        start("workers", on_the_cluster, "rundramatiq", "--processes", "1", "--threads", "4")
+        start("relay", on_the_cluster, "relay_outbox", "--progress-every", "0")
         request(10)  # no fault: the reference
         delivered_in(10, 0)
         queue = wait_until(
             lambda: (q := quorum_queue(cluster, 0, f"{prefix}deliveries")) and len(q.get("online", ())) == 3 and q,
-            timeout=30,
+            timeout=90,
             what="the deliveries queue on three members",
         )
         assert queue["type"] == "quorum"
@@ -88,13 +102,6 @@ def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is
         delivered_in(10, 20)
         cluster.start_node(killed)
         cluster.wait_until_clustered(3)
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
-        for log in logs.values():
-            log.close()
 
     took = delivered_once_each(30)
     phases = {"no fault": took[:10], "leader stopped": took[10:20], "node killed": took[20:]}
@@ -113,22 +120,7 @@ def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_a
     is killed, and a row is set aside after 3 attempts (2 + 4 s of nacks)."""
     cluster = rabbitmq_cluster
     prefix = f"{settings.OUTBOX_QUEUE_PREFIX}leader-"
-    on_the_cluster = {
-        **env,
-        "BROKER_URL": " ".join(f"{url}?heartbeat=5" for url in cluster.urls),
-        "RABBITMQ_QUEUE_TYPE": "quorum",
-        "OUTBOX_QUEUE_PREFIX": prefix,
-        "OUTBOX_RELAY_MAX_SEND_ATTEMPTS": "3",
-    }
-    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("workers", "relay")}
-    processes = [
-        subprocess.Popen(
-            [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "4"],
-            env=on_the_cluster,
-            stdout=logs["workers"],
-            stderr=subprocess.STDOUT,
-        )
-    ]
+    on_the_cluster = cluster_env(env, cluster, prefix, OUTBOX_RELAY_MAX_SEND_ATTEMPTS="3")
     published, pace = [], threading.Event()
 
     def publish_for(seconds: float) -> None:
@@ -137,7 +129,8 @@ def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_a
             published.append(ping(n=len(published)))
             pace.wait(0.01)  # about 100 rows a second: the relay streams, never idle
 
-    try:
+    with processes(tmp_path) as start:
+        start("workers", on_the_cluster, "rundramatiq", "--processes", "1", "--threads", "4")
         queue = wait_until(
             lambda: (q := quorum_queue(cluster, 0, f"{prefix}probe_a")) and len(q.get("online", ())) == 3 and q,
             timeout=90,
@@ -145,14 +138,8 @@ def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_a
         )
         leader = cluster.nodes.index(queue["leader"])
         survivors = " ".join(f"{url}?heartbeat=5" for i, url in enumerate(cluster.urls) if i != leader)
-        processes.append(
-            subprocess.Popen(
-                [*MANAGE, "relay_outbox", "--progress-every", "0"],
-                env={**on_the_cluster, "BROKER_URL": survivors},  # its channel outlives the leader
-                stdout=logs["relay"],
-                stderr=subprocess.STDOUT,
-            )
-        )
+        # Its channel outlives the leader.
+        start("relay", {**on_the_cluster, "BROKER_URL": survivors}, "relay_outbox", "--progress-every", "0")
         publish_for(2)
         cluster.kill_node(leader)  # with copies in flight to it
         publish_for(10)
@@ -163,13 +150,6 @@ def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_a
             what="every row handled by both subscribers",
         )
         cluster.wait_until_clustered(3)
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
-        for log in logs.values():
-            log.close()
 
     assert not DeadLetter.objects.exists(), list(DeadLetter.objects.values_list("subscriber", "reason", "error"))
     assert effects_per_message() == {1: 2 * len(published)}
