@@ -37,6 +37,11 @@ from outbox.models import InboxMessage
 class ApiLoad:
     seconds: float
     answers: list[tuple[int, float]]  # (status, milliseconds)
+    server_cpu_seconds: float = 0.0  # gunicorn's processes, master and workers, while it was measured
+
+    @property
+    def server_cpu_ms_per_answer(self) -> float:
+        return 1000 * self.server_cpu_seconds / max(len(self.answers), 1)
 
     @property
     def accepted_per_second(self) -> float:
@@ -56,18 +61,25 @@ def api_load(
 ) -> tuple[ApiLoad, ApiLoad]:
     """Django's floor, then the API, on one server: GET /healthz, then POST /api/deliveryrequests,
     under gunicorn (`workers` processes of `threads` threads, DEBUG off) with `clients` customers
-    in a process of their own, for `seconds` each. A /healthz answered 200 counts as accepted."""
+    in a process of their own, for `seconds` each. A /healthz answered 200 counts as accepted. Each
+    load says the server CPU it cost (gunicorn's processes, from /proc): one /healthz's is the unit
+    CPU per delivery is judged in."""
     _, token = create_customer(name=f"bench-{uuid.uuid4().hex[:8]}")
     loads = []
-    with serving(env, workers=workers, threads=threads) as (port, _):
+    with serving(env, workers=workers, threads=threads) as (port, processes):
+        gunicorn = processes[0].pid
         for floor in (True, False):
             spawn = multiprocessing.get_context("spawn")
             results = spawn.Queue()
             load = spawn.Process(
                 target=customers, args=(port, token, clients, seconds, results), kwargs={"floor": floor}
             )
+            meter = process_cpu.CpuMeter({"web": lambda: process_cpu.tree(gunicorn)})
+            meter.start()
             load.start()
-            loads.append(ApiLoad(seconds=seconds, answers=results.get(timeout=seconds + 120)))
+            answers = results.get(timeout=seconds + 120)
+            server = meter.stop()["web"]
+            loads.append(ApiLoad(seconds=seconds, answers=answers, server_cpu_seconds=server))
             load.join(30)
     return loads[0], loads[1]
 

@@ -42,6 +42,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "handler_history",
         "prune",
         "api_floor",
+        "healthz_cpu",
         "api_accepted",
         "api_p50",
         "api_p99",
@@ -60,6 +61,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     assert min(by_kind) >= 0 and sum(by_kind) == pytest.approx(result["figures"]["cpu_per_delivery"]["median"])
     assert result["figures"]["publish"]["reference"] == "publish_bare"
     assert result["figures"]["api_accepted"]["reference"] == "api_floor"
+    assert result["figures"]["cpu_per_delivery"]["reference"] == "healthz_cpu"  # judged in /healthz units
     assert result["figures"]["end_to_end"]["reference"] == "commit_ceiling"
     assert len(result["statements_per_handler"]) == 13  # every (subscriber, event) of the happy path
     assert sum(result["statements_per_handler"].values()) <= result["figures"]["statements_delivery"]["median"]
