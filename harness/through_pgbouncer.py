@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from delivery_project import database_url
-from harness.postgres_servers import PgBouncer
+from harness.pgbouncer import PgBouncer
 from harness.rig_processes import die_with_parent
 
 # What PgBouncer changes: claiming and relaying (leases, SKIP LOCKED), dispatch and ordering on

@@ -85,7 +85,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     connections to it are closed first, or Django could not drop it (harness/through_pgbouncer.py)."""
     yield
     if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
-        from harness.postgres_servers import PgBouncer
+        from harness.pgbouncer import PgBouncer
 
         with django_db_blocker.unblock():
             connection.close()
@@ -232,7 +232,7 @@ def pgbouncer(django_db_setup):
     """A PgBouncer of the tests' own in transaction mode in front of the system server (5432), for
     the whole session; its process and directory are gone at the end, before the throwaway
     database is dropped (its server connections would keep it)."""
-    from harness.postgres_servers import PGBOUNCER, PgBouncer
+    from harness.pgbouncer import PGBOUNCER, PgBouncer
     from harness.rig_processes import port_open
 
     if not PGBOUNCER.exists():

@@ -18,7 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harness.postgres_servers import PG_BIN, PGBOUNCER, PgBouncer, PostgresPrimaryWithReplica
+from harness.pgbouncer import PGBOUNCER, PgBouncer
+from harness.postgres_servers import PG_BIN, PostgresPrimaryWithReplica
 from harness.rig_processes import HOST, port_open, processes_in_group
 from tests.waiting import wait_until
 
