@@ -53,6 +53,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # django-ninja's own static files: /api/docs serves Swagger UI from here, not from a CDN that a
+    # locked-down operations network (or this machine) cannot reach.
+    "ninja",
     "delivery_project",  # before django_dramatiq: its `rundramatiq` wraps django_dramatiq's
     "django_dramatiq",
     "axes",
@@ -69,6 +72,8 @@ if (BASE_DIR / "harness" / "apps.py").exists():
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the body: a chunked one is read here (or refused with 411).
+    "deliveries.middleware.chunked_bodies",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

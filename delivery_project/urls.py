@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.http import HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
@@ -12,6 +14,8 @@ api.add_router("/", notify_me)
 urlpatterns = [
     # The root has no page of its own: a visitor finds the API's docs, where the console's "View site" goes.
     path("", RedirectView.as_view(pattern_name="api:openapi-view"), name="root"),
+    # Browsers ask every site for /favicon.ico: the console's icon, not a 404 on every admin page.
+    path("favicon.ico", lambda request: HttpResponseRedirect(static("delivery_project/favicon.svg")), name="favicon"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics, name="metrics"),

@@ -53,6 +53,16 @@ def test_view_site_leads_to_the_api_docs_and_the_root_is_no_404(admin_client, cl
     assert client.get(root["Location"]).status_code == 200
 
 
+def test_the_api_docs_load_swagger_ui_from_this_server_not_a_cdn(client):
+    """Issue 33: Swagger UI came from a CDN, and a locked-down network (or this machine) saw a blank page."""
+    from django.contrib.staticfiles import finders
+
+    docs = text(client.get("/api/docs"))
+    scripts = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', docs)
+    assert scripts and all(url.startswith("/static/") for url in scripts), scripts
+    assert all(finders.find(url.removeprefix("/static/")) for url in scripts), scripts  # each one is shipped
+
+
 def test_a_delivery_names_its_drone_and_links_to_the_drone_page(admin_client, delivered):
     drone = Drone.objects.get(pk=delivered.drone_id)
     link = f'<a href="/admin/drones/drone/{drone.pk}/change/" title="{drone.pk}">{drone.name}</a>'
@@ -222,3 +232,12 @@ def test_the_ground_action_says_how_many_it_grounded_and_how_many_it_left_flying
     page = text(admin_client.get("/admin/drones/drone/"))
     assert "Grounded 2 drone(s); 1 in flight left alone to finish." in page
     assert f"{drones[0].name.capitalize()} is in_flight" in page  # which one, as before
+
+
+def test_the_favicon_browsers_ask_for_on_every_page_is_the_consoles_not_a_404(client):
+    from django.contrib.staticfiles import finders
+
+    answer = client.get("/favicon.ico")
+
+    assert answer.status_code == 302 and answer["Location"].endswith(".svg")
+    assert finders.find(answer["Location"].removeprefix("/static/"))

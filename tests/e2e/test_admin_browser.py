@@ -204,3 +204,33 @@ def test_the_fleet_map_draws_every_drone_in_its_state_with_no_network(
     page.goto(f"{live_server.url}/admin/deliveries/delivery/{waiting}/change/")
     page.click(".field-on_the_map a")
     page.wait_for_selector(f"#fleet-map[data-delivery='{waiting}'][data-drawn='3']")
+
+
+def test_the_fleet_map_falls_back_to_its_grid_when_the_tile_server_is_out_of_reach(
+    live_server, fleet, browser, settings
+):
+    """Issue 33: with OpenStreetMap's tiles (the default) out of reach, the map was an empty grey box."""
+    settings.FLEET_MAP_TILE_URL = "http://127.0.0.1:9/{z}/{x}/{y}.png"  # nothing answers there: as offline
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    log_in(page, live_server, "/admin/")
+    page.click("#fleet-map-link a")
+    page.wait_for_selector("#fleet-map[data-fallback='grid'][data-drawn='3']")
+    assert page.locator("path.grid-line").count() > 0 and page.locator("path.drone-available").count() == 3
+
+
+@pytest.mark.parametrize("width", [1280, 1400, 1920])
+def test_the_console_links_on_the_index_keep_their_line_and_no_two_sections_look_alike(live_server, db, browser, width):
+    """Issue 33: Django's dashboard squeezed "Messaging overview" and "Fleet map" to a letter a line,
+    and a "Messaging" section stood above the outbox app's own."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    log_in(page, live_server, "/admin/")
+    page.wait_for_selector("#messaging-overview")
+
+    for link in page.locator("#messaging-overview th a").all():
+        box, line = link.bounding_box(), float(link.evaluate("a => parseFloat(getComputedStyle(a).lineHeight) || 16"))
+        assert box["height"] < 1.6 * line, f"{link.inner_text()!r} wraps at {width} px: {box}"
+    captions = [c.strip() for c in page.locator("#content-main caption").all_inner_texts()]
+    assert len(captions) == len(set(captions)) and not [c for c in captions if c == "Messaging"], captions

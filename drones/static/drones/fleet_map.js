@@ -1,15 +1,22 @@
 // The console's fleet map: Leaflet (shipped as static files), refreshed from the admin's JSON.
-// With no tile server configured it draws a plain grid, so it works offline and in tests.
+// With no tile server configured, or one it cannot reach (a closed network), it draws a plain grid.
 (function () {
   "use strict";
   var element = document.getElementById("fleet-map");
   var COLOURS = { available: "#2e8b57", reserved: "#e6a700", in_flight: "#1f6fd1", returning: "#8e44ad", maintenance: "#7f8c8d" };
   var map = L.map(element, { preferCanvas: false });
   var tiles = element.dataset.tiles;
-  if (tiles) {
-    L.tileLayer(tiles, { maxZoom: 19, attribution: element.dataset.attribution }).addTo(map);
-  }
   var grid = L.layerGroup().addTo(map);
+  if (tiles) {
+    var tileLayer = L.tileLayer(tiles, { maxZoom: 19, attribution: element.dataset.attribution }).addTo(map);
+    tileLayer.on("tileerror", function () {  // the tile server is out of reach: the grid instead
+      if (!tiles) { return; }
+      tiles = "";
+      map.removeLayer(tileLayer);
+      element.dataset.fallback = "grid";
+      drawGrid();
+    });
+  }
   var layers = L.layerGroup().addTo(map);
   var fitted = false;
 
@@ -19,10 +26,10 @@
     if (tiles) { return; }
     var b = map.getBounds(), step = 0.01;
     for (var lat = Math.floor(b.getSouth() / step) * step; lat <= b.getNorth(); lat += step) {
-      L.polyline([[lat, b.getWest()], [lat, b.getEast()]], { color: "#d5dde5", weight: 1, interactive: false }).addTo(grid);
+      L.polyline([[lat, b.getWest()], [lat, b.getEast()]], { color: "#d5dde5", weight: 1, interactive: false, className: "grid-line" }).addTo(grid);
     }
     for (var lon = Math.floor(b.getWest() / step) * step; lon <= b.getEast(); lon += step) {
-      L.polyline([[b.getSouth(), lon], [b.getNorth(), lon]], { color: "#d5dde5", weight: 1, interactive: false }).addTo(grid);
+      L.polyline([[b.getSouth(), lon], [b.getNorth(), lon]], { color: "#d5dde5", weight: 1, interactive: false, className: "grid-line" }).addTo(grid);
     }
   }
 
