@@ -1,5 +1,6 @@
-"""The API answers in JSON even where django-ninja answers in text."""
+"""The API answers in JSON even where django-ninja answers in text, and reads a chunked body."""
 
+from django.conf import settings
 from django.http import JsonResponse
 
 
@@ -23,3 +24,29 @@ def json_method_not_allowed(get_response):
         return response
 
     return middleware
+
+
+def chunked_bodies(get_response):
+    """A body sent with `Transfer-Encoding: chunked` has no Content-Length, and Django reads such a
+    body as empty: a valid request was refused as `body: Field required`. Under gunicorn, which
+    decodes the chunks and ends the stream (`wsgi.input_terminated`), the body is read here, within
+    DATA_UPLOAD_MAX_MEMORY_SIZE; a server that cannot (runserver) answers 411 naming Content-Length."""
+
+    def middleware(request):
+        meta = request.META
+        if "chunked" not in meta.get("HTTP_TRANSFER_ENCODING", "").lower() or meta.get("CONTENT_LENGTH"):
+            return get_response(request)
+        if not meta.get("wsgi.input_terminated"):
+            return _refused(411, "send a Content-Length: this server cannot read a chunked body", "Content-Length")
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        body = meta["wsgi.input"].read(limit + 1)
+        if len(body) > limit:
+            return _refused(413, f"the body is over {limit:,} bytes", "body")
+        request._body, meta["CONTENT_LENGTH"] = body, str(len(body))
+        return get_response(request)
+
+    return middleware
+
+
+def _refused(status: int, detail: str, field: str) -> JsonResponse:
+    return JsonResponse({"detail": detail, "errors": [{"field": field, "message": detail}]}, status=status)

@@ -1,5 +1,6 @@
 """The customer API: the ingestion contract, ownership, and clear errors for bad input."""
 
+import io
 import json
 import threading
 from datetime import timedelta
@@ -137,6 +138,20 @@ def test_another_customers_delivery_is_404(customer, other_customer, path):
     assert other_customer.get("/deliveries").json()["count"] == 0
 
 
+def test_a_second_cancel_answers_as_the_first_and_announces_nothing_more(customer):
+    """Issue 33: docs/api.md promised 409 once finished; the code answers a retried DELETE as the first
+    (now what the docs say too), and 409 only for a delivery that left or ended otherwise."""
+    delivery_id = customer.request().json()["deliveryId"]
+
+    first, again = customer.cancel(delivery_id), customer.cancel(delivery_id)
+
+    assert (first.status_code, again.status_code) == (202, 202) and first.json() == again.json()
+    assert OutboxMessage.objects.filter(type="delivery.cancelled", correlation_id=delivery_id).count() == 1
+    Delivery.objects.filter(id=delivery_id).update(status="failed")  # ended otherwise: too late to cancel
+    refused = customer.cancel(delivery_id)
+    assert refused.status_code == 409 and refused.json()["errors"][0]["field"] == "status"
+
+
 def test_another_customer_cannot_cancel_a_delivery(customer, other_customer):
     delivery_id = customer.request().json()["deliveryId"]
 
@@ -241,6 +256,22 @@ def test_unreadable_bodies_get_a_4xx_naming_what_is_wrong(customer, case, data, 
     assert response.status_code == status, response.content
     assert field in [e["field"] for e in response.json()["errors"]]
     assert Delivery.objects.count() == 0
+
+
+def test_a_chunked_body_the_server_cannot_read_is_a_411_naming_content_length_not_a_wrong_field(customer):
+    """Issue 33: a body sent chunked (no Content-Length) was read as empty: `body: Field required`.
+    runserver cannot read one (gunicorn can: tests/e2e/test_production_mode.py)."""
+    chunked = {"HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_LENGTH": ""}
+    body = json.dumps(delivery_request())
+
+    refused = customer.client.post("/api/deliveryrequests", body, content_type="application/json", **chunked)
+    assert refused.status_code == 411 and refused.json()["errors"][0]["field"] == "Content-Length"
+
+    # As gunicorn hands it over: the chunks decoded, the stream ended where the body does.
+    read = {**chunked, "wsgi.input_terminated": True, "wsgi.input": io.BytesIO(body.encode())}
+    accepted = customer.client.post("/api/deliveryrequests", body, content_type="application/json", **read)
+    assert accepted.status_code == 202, accepted.content
+    assert Delivery.objects.count() == 1
 
 
 @pytest.mark.parametrize("path", ["/api/deliveries/not-a-uuid", "/api/deliveries/not-a-uuid/status"])

@@ -2,6 +2,7 @@
 and served by the web process itself (WhiteNoise), so the console has its styles; and under
 LOG_FORMAT=json every line of every process (web, relay, workers) one JSON object."""
 
+import http.client
 import http.cookiejar
 import json
 import re
@@ -21,7 +22,7 @@ from django.utils import timezone
 from deliveries.models import Delivery
 from notifications.models import Notification
 from outbox.models import Heartbeat
-from tests.factories import Customer
+from tests.factories import Customer, delivery_request
 from tests.processes import MANAGE, a_free_port, post_delivery_request
 from tests.waiting import wait_until
 
@@ -83,6 +84,41 @@ def test_the_console_has_its_styles_under_gunicorn_with_debug_off(env, tmp_path)
         status, headers, _ = fetch(f"{base}/static/admin/css/base.css")
         assert status == 200 and headers["content-type"].startswith("text/css")
         assert logs_in_over_plain_http(base, "ops", "correct horse")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_under_gunicorn_a_chunked_body_is_read_an_oversized_header_is_json_and_the_docs_need_no_network(env, tmp_path):
+    """Issue 33: a JSON body sent chunked (no Content-Length) was read as empty, a 422 naming `body`;
+    a header over 8 KB got gunicorn's HTML 431; /api/docs loaded Swagger UI from a CDN, a blank
+    page without the internet."""
+    production = production_env(env, tmp_path)
+    subprocess.run([*MANAGE, "collectstatic", "--noinput", "--verbosity", "0"], env=production, check=True, timeout=120)
+    token, port = Customer("alice").token, a_free_port()
+    gunicorn = [sys.executable, "-m", "gunicorn", "delivery_project.wsgi", "--bind", f"127.0.0.1:{port}", "-w", "1"]
+    server = subprocess.Popen(gunicorn, env=production)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: fetch(f"{base}/healthz")[0] == 200, timeout=60, what="gunicorn to answer")
+        body = json.dumps(delivery_request()).encode()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        connection.request("POST", "/api/deliveryrequests", body=iter([body[:100], body[100:]]), headers=headers)
+        answer = connection.getresponse()
+        assert answer.status == 202, answer.read()
+        assert Delivery.objects.count() == 1
+
+        big = http.client.HTTPConnection("127.0.0.1", port, timeout=30)  # a header over gunicorn's 8 KB
+        big.request("GET", "/api/deliveries", headers={"Authorization": f"Bearer {token}", "X-Padding": "x" * 9000})
+        refused = big.getresponse()
+        assert (refused.status, refused.getheader("Content-Type")) == (431, "application/json")
+        assert json.loads(refused.read())["errors"][0]["field"] == "headers"  # not gunicorn's HTML page
+
+        status, _, page = fetch(f"{base}/api/docs")
+        assert status == 200 and b"cdn" not in page.lower()
+        script = re.search(rb'src="(/static/ninja/swagger-ui-bundle\.[0-9a-f]{12}\.js)"', page)
+        assert script and fetch(base + script.group(1).decode())[0] == 200, page[:2000]
     finally:
         server.terminate()
         server.wait(30)
