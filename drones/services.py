@@ -2,6 +2,7 @@
 
 import math
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from uuid import UUID
 
@@ -213,6 +214,10 @@ def park_at_base(*, drone_id: UUID, mission: int) -> Drone | None:
         return drone
 
 
+# A fleet is placed a thousand drones to a statement; `seed_fleet` (the command) takes at most so many.
+FLEET_BATCH, FLEET_MAX = 1000, 100_000
+
+
 def seed_fleet(
     *,
     count: int,
@@ -222,35 +227,53 @@ def seed_fleet(
     max_payload_kg: float = 10.0,
     range_km: float = 40.0,
     speed_kmh: float = 60.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, int]:
     """Place `count` drones around a base, named drone-001...; running it again adds none twice.
 
-    A new drone joins the fleet free, so it takes the first delivery in line that it can fly.
+    All or nothing, in one transaction, a thousand drones to a statement (`progress(placed, count)`
+    after each thousand). A new drone joins the fleet free: while deliveries wait, each takes the
+    first in line it can fly.
     """
     created = 0
-    for i in range(count):
-        name = f"drone-{i + 1:03d}"
-        angle, ring = 2 * math.pi * i / max(count, 1), spread_km * (0.3 + 0.7 * ((i * 7) % 10) / 10)
-        lat = latitude + (ring / 111.32) * math.sin(angle)
-        lon = longitude + (ring / (111.32 * math.cos(math.radians(latitude)))) * math.cos(angle)
-        with atomic():
-            drone, was_created = Drone.objects.get_or_create(
-                name=name,
-                defaults={
-                    "id": uuid.uuid5(FLEET_NAMESPACE, name),
-                    "max_payload_kg": max_payload_kg,
-                    "range_km": range_km,
-                    "speed_kmh": speed_kmh,
-                    "home_latitude": lat,
-                    "home_longitude": lon,
-                    "latitude": lat,
-                    "longitude": lon,
-                },
-            )
-            if was_created:
-                scheduling.find_work(Drone.objects.select_for_update().get(pk=drone.pk))
-        created += was_created
+    with atomic():
+        for start in range(0, count, FLEET_BATCH):
+            batch = [
+                _placed(i, count=count, latitude=latitude, longitude=longitude, spread_km=spread_km)
+                for i in range(start, min(count, start + FLEET_BATCH))
+            ]
+            there = set(Drone.objects.filter(name__in=[name for name, _ in batch]).values_list("name", flat=True))
+            new = [
+                Drone(
+                    id=uuid.uuid5(FLEET_NAMESPACE, name),
+                    name=name,
+                    max_payload_kg=max_payload_kg,
+                    range_km=range_km,
+                    speed_kmh=speed_kmh,
+                    home_latitude=home.latitude,
+                    home_longitude=home.longitude,
+                    latitude=home.latitude,
+                    longitude=home.longitude,
+                )
+                for name, home in batch
+                if name not in there
+            ]
+            Drone.objects.bulk_create(new)
+            created += len(new)
+            if new and Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
+                for drone in Drone.objects.select_for_update().filter(pk__in=[d.pk for d in new]).order_by("name"):
+                    scheduling.find_work(drone)
+            if progress is not None:
+                progress(start + len(batch), count)
     return created, count - created
+
+
+def _placed(i: int, *, count: int, latitude: float, longitude: float, spread_km: float) -> tuple[str, Point]:
+    """The i-th drone of a fleet of `count`: its name and its home, on rings around the base."""
+    angle, ring = 2 * math.pi * i / max(count, 1), spread_km * (0.3 + 0.7 * ((i * 7) % 10) / 10)
+    lat = latitude + (ring / 111.32) * math.sin(angle)
+    lon = longitude + (ring / (111.32 * math.cos(math.radians(latitude)))) * math.cos(angle)
+    return f"drone-{i + 1:03d}", Point(lat, lon)
 
 
 class DroneBusy(Exception):

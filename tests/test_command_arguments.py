@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 ALONE, CALLED = "alone", "called"
 NONSENSE = [
     (["seed_fleet", "-5"], "argument count: must be at least 1, not -5", ALONE),
+    (["seed_fleet", "100000000"], "argument count: must be at most 100000, not 100000000", ALONE),
     (["seed_fleet", "21", "--latitude", "200", "--spread-km", "-3"], "--latitude must be between -90 and 90", ALONE),
     (["seed_fleet", "21", "--spread-km", "-3"], "--spread-km must be at least 0, not -3", CALLED),
     (["seed_fleet", "3", "--latitude", "89.99", "--spread-km", "5"], "would reach past the pole", CALLED),

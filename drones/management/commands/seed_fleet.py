@@ -2,25 +2,41 @@ import math
 
 from django.core.management.base import BaseCommand, CommandError
 
-from drones.services import seed_fleet
+from drones.services import FLEET_MAX, seed_fleet
 from outbox.command_arguments import whole_number
 
 KM_PER_DEGREE = 111.32
 
 
 class Command(BaseCommand):
-    help = "Place N drones (drone-001...) around a base location; running it again duplicates none."
+    help = (
+        f"Place N drones (drone-001..., at most {FLEET_MAX:,}) around a base location, all or none; "
+        "running it again duplicates none."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("count", type=whole_number(at_least=1), nargs="?", default=20)
+        parser.add_argument("count", type=whole_number(at_least=1, at_most=FLEET_MAX), nargs="?", default=20)
         parser.add_argument("--latitude", type=float, default=47.6205, help="Base latitude (default: Seattle).")
         parser.add_argument("--longitude", type=float, default=-122.3493, help="Base longitude.")
         parser.add_argument("--spread-km", type=float, default=3.0, help="Farthest a drone's home is from the base.")
 
     def handle(self, *, count, latitude, longitude, spread_km, **options):
         where_the_fleet_goes(latitude=latitude, longitude=longitude, spread_km=spread_km)
-        created, existing = seed_fleet(count=count, latitude=latitude, longitude=longitude, spread_km=spread_km)
+        created, existing = seed_fleet(
+            count=count, latitude=latitude, longitude=longitude, spread_km=spread_km, progress=self._progress
+        )
         self.stdout.write(f"fleet: {created} drones added, {existing} already there")
+
+    def _progress(self, placed: int, count: int) -> None:
+        """On a terminal, one line redrawn; into a pipe or a log, a line a tenth of the way (none for a small fleet)."""
+        if count <= 1000:
+            return
+        line = f"placing drones: {placed:,} of {count:,}"
+        if self.stdout.isatty():
+            self.stdout.write(f"\r{line}", ending="\n" if placed == count else "")
+            self.stdout.flush()
+        elif placed == count or placed * 10 // count > (placed - 1000) * 10 // count:
+            self.stdout.write(line)
 
 
 def where_the_fleet_goes(*, latitude: float, longitude: float, spread_km: float) -> None:
