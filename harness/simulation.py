@@ -233,7 +233,8 @@ def summary(deliveries: list[dict]) -> list[str]:
     lines = [f"{'status':<17} {'count':>6}", f"{'-' * 17} {'-' * 6}"]
     lines += [f"{status:<17} {counts.get(status, 0):>6}" for status in STATUSES]
     lines += [f"{'total':<17} {len(deliveries):>6}", ""]
-    lines += [f"failed because {reason}: {n}" for reason, n in reasons.most_common()]
+    on_purpose = " (on purpose: some parcels are drawn too heavy for their size)"
+    lines += [f"failed because {r}: {n}" + (on_purpose if r == "too_heavy" else "") for r, n in reasons.most_common()]
     lines.append(f"waited in line for a drone: {sum(1 for d in deliveries if d['waitingSince'])}")
     if waited:
         lines.append(_percentiles("request -> drone reserved (wait for a drone)", waited))

@@ -61,6 +61,16 @@ def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_
     assert line["level"] == "INFO" and line["logger"] == "outbox.dispatch" and "time" in line
 
 
+def test_the_web_says_which_delivery_it_accepted_so_a_grep_finds_the_request_too(customer, caplog):
+    """Issue 33: only the workers' lines carried the delivery's id; the request that began it said nothing."""
+    caplog.set_level(logging.INFO, logger="deliveries.api")
+
+    delivery_id = requested(customer)
+
+    [line] = [r for r in caplog.records if r.name == "deliveries.api"]
+    assert str(delivery_id) in line.getMessage() and line.correlation_id == str(delivery_id)
+
+
 def test_every_handled_message_gets_one_line_with_its_outcome_and_duration(customer, fleet, json_lines):
     delivery_id = requested(customer)
     row = OutboxMessage.objects.get(type="delivery.requested")

@@ -28,6 +28,9 @@ def base_url(text: str) -> str:
     return text
 
 
+PIPED_PROGRESS_SECONDS = 10.0
+
+
 class Command(BaseCommand):
     help = (
         "Submit N delivery requests through the customer API, wait until every delivery is terminal, and print "
@@ -79,13 +82,13 @@ class Command(BaseCommand):
                     requests,
                     concurrency=concurrency,
                     rate=rate,
-                    progress=self._bar(progress, "submitted", deliveries),
+                    progress=self._bar(progress, "submitted", deliveries, began),
                 )
                 finished = simulation.wait_until_terminal(
                     api,
                     count=len(ids),
                     timeout=timeout,
-                    progress=self._bar(progress, "terminal", deliveries),
+                    progress=self._bar(progress, "terminal", deliveries, began),
                     history=history,
                     began=began,
                 )
@@ -128,7 +131,20 @@ class Command(BaseCommand):
         columns = [TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         return Progress(*columns, console=console)
 
-    @staticmethod
-    def _bar(progress: Progress, label: str, total: int):
-        task = progress.add_task(label, total=total)
-        return lambda done: progress.update(task, completed=done)
+    def _bar(self, progress: Progress, label: str, total: int, began: float):
+        """The bar's update; into a pipe or a log, where rich writes the bars only once finished, also a
+        line every PIPED_PROGRESS_SECONDS, so a run minutes long says where it is."""
+        task, last = progress.add_task(label, total=total), [time.monotonic()]
+
+        def update(done: int) -> None:
+            progress.update(task, completed=done)
+            now = time.monotonic()
+            if (
+                not progress.console.is_terminal
+                and not progress.console.quiet
+                and now - last[0] >= PIPED_PROGRESS_SECONDS
+            ):
+                last[0] = now
+                self.stdout.write(f"{label}: {done:,} of {total:,} after {now - began:.0f} s")
+
+        return update
