@@ -24,6 +24,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from delivery_project.broker import amqp_parameters, broker_urls
 from delivery_project.monitoring import monitoring_only
+from delivery_project.postgresql.base import POOLER_HINT, pooler_suspected
 
 READY_TIMEOUT_SECONDS = 0.8
 # Threads of checks that hang stay busy until their own timeouts end; more threads keep later
@@ -119,5 +120,7 @@ def readyz(request) -> JsonResponse:
             results[name] = {"ok": False, "error": f"timeout: no answer within {READY_TIMEOUT_SECONDS} s"}
         except Exception as error:  # noqa: BLE001 - whatever it is, the probe reports it
             results[name] = {"ok": False, "error": f"{type(error).__name__}: {error}"[:300]}
+    if pooler_suspected:  # the database answers, but some of its statements fail: say what to set
+        results["database"]["warning"] = f"{POOLER_HINT} (seen: {pooler_suspected[0]})"[:500]
     ready = all(result["ok"] for result in results.values())
     return JsonResponse({"status": "ready" if ready else "not ready", "checks": results}, status=200 if ready else 503)

@@ -8,18 +8,57 @@ the queue for its 503. Here, while the pool's latest attempts have all failed, a
 DJANGO_DB_UNREACHABLE_TIMEOUT (0.5 s) instead: the 503 comes at once, and each thread is free
 for the next request. The first attempt that succeeds restores the full timeout.
 
+It also recognises the errors of a transaction pooler it was not told about: behind PgBouncer in
+transaction mode without DATABASE_TRANSACTION_POOLER=1, a statement prepared on one server session
+is missing (or already there) on the next, and requests fail at random with `prepared statement
+"_pg3_0" already exists` or `bind message supplies 20 parameters, but prepared statement "_pg3_2"
+requires 21`. The first such error is logged with what to set, once, and /readyz says it too.
+
 Nothing else differs from `django.db.backends.postgresql`; the pool's own counters (public
 `get_stats()`) tell whether the latest attempts failed.
 """
 
+import logging
 import threading
 
 from django.conf import settings
 from django.db.backends.postgresql import base
+from django.db.utils import DatabaseErrorWrapper
+from django.utils.functional import cached_property
+
+logger = logging.getLogger(__name__)
+
+POOLER_HINT = (
+    "DATABASE_URL looks like a pooler in transaction mode (PgBouncer's pool_mode=transaction): set "
+    "DATABASE_TRANSACTION_POOLER=1, and give the relays OUTBOX_LISTEN_DATABASE_URL (docs/deployment.md)"
+)
+# Prepared statements that a session has and the next one has not: the symptoms of a transaction pooler.
+_POOLER_SQLSTATES = {"26000", "42P05", "08P01"}  # invalid statement name, duplicate one, protocol violation
+pooler_suspected: list[str] = []  # what was seen, once; /readyz reports it
+
+
+class _PoolerAwareErrors(DatabaseErrorWrapper):
+    def __exit__(self, exc_type, exc_value, traceback):
+        if exc_type is not None and not pooler_suspected and _pooler_symptom(exc_value):
+            pooler_suspected.append(str(exc_value).splitlines()[0])
+            logger.error("%s (seen: %s)", POOLER_HINT, pooler_suspected[0])
+        return super().__exit__(exc_type, exc_value, traceback)
+
+
+def _pooler_symptom(error: BaseException) -> bool:
+    return (
+        not settings.DATABASE_TRANSACTION_POOLER
+        and getattr(error, "sqlstate", None) in _POOLER_SQLSTATES
+        and "prepared statement" in str(error)
+    )
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
     _reachability_lock = threading.Lock()
+
+    @cached_property
+    def wrap_database_errors(self):
+        return _PoolerAwareErrors(self)
 
     def get_new_connection(self, conn_params):
         if (pool := self.pool) is not None:

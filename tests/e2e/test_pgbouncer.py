@@ -68,6 +68,56 @@ def test_server_side_cursors_break_through_pgbouncer_unless_the_pooler_setting_t
     assert broken["failures"] > 0 and "does not exist" in broken["first"][0], broken
 
 
+# Two connections through PgBouncer without DATABASE_TRANSACTION_POOLER. A holds a server session
+# in a transaction while B publishes (publish()'s insert, prepared, on the other session); then A
+# commits, and B's next transaction gets A's session (PgBouncer hands out the one last released),
+# where B's prepared insert does not exist.
+_PUBLISH = """
+import json, threading, django
+django.setup()
+from django.db import connection, transaction
+from django.test import Client
+from tests.probe.models import Ping
+from tests.probe.services import ping
+errors, held, published = [], threading.Event(), threading.Event()
+def a():
+    with transaction.atomic():
+        Ping.objects.count()
+        held.set()
+        published.wait(30)
+    connection.close()
+def b():
+    held.wait(30)
+    ping(n=1)
+    published.set()
+    thread_a.join(30)
+    try:
+        ping(n=2)
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+    connection.close()
+thread_a, thread_b = threading.Thread(target=a), threading.Thread(target=b)
+thread_a.start(); thread_b.start(); thread_b.join(60)
+print(json.dumps({"failures": len(errors), "first": errors[:1], "ready": Client().get("/readyz").json()}))
+"""
+
+
+def test_a_transaction_pooler_nobody_declared_is_named_in_the_log_and_in_readyz(bouncer, env):
+    """Issue 33: behind PgBouncer in transaction mode without DATABASE_TRANSACTION_POOLER=1, requests
+    failed at random with prepared-statement errors and nothing said what to set."""
+    through = database_url.url_of(connection.settings_dict, HOST="127.0.0.1", PORT=str(bouncer.port))
+    child_env = {**env, "DATABASE_URL": through, "DATABASE_TRANSACTION_POOLER": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PUBLISH], env=child_env, cwd=Path(settings.BASE_DIR), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["failures"] > 0 and "prepared statement" in seen["first"][0], seen  # it did go wrong
+    assert done.stderr.count("set DATABASE_TRANSACTION_POOLER=1") == 1, done.stderr[-3000:]  # said once
+    assert "set DATABASE_TRANSACTION_POOLER=1" in seen["ready"]["checks"]["database"]["warning"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_listen_through_pgbouncer_hears_nothing_and_the_relay_says_so(bouncer, settings, monkeypatch, caplog):
     server = connection.get_connection_params()
