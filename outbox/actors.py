@@ -24,8 +24,12 @@ def declare_actors(broker: dramatiq.Broker) -> None:
         if actor_name(subscriber) in broker.actors:
             continue
 
-        def dispatch_to_subscriber(envelope: dict, _subscriber: str = subscriber) -> None:
-            dispatch(subscriber=_subscriber, body=envelope)
+        def dispatch_to_subscriber(*args, _subscriber: str = subscriber, **kwargs) -> None:
+            # Whatever arguments a message carries: dispatch sets anything but one envelope aside as
+            # a dead letter (invalid_envelope) at once, where a missing argument would have failed
+            # every retry into Dramatiq's own dead-letter queue.
+            body = args[0] if len(args) == 1 and not kwargs else {"args": list(args), "kwargs": kwargs}
+            dispatch(subscriber=_subscriber, body=body)
 
         dramatiq.actor(
             dispatch_to_subscriber,

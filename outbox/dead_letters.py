@@ -34,6 +34,8 @@ class Reason(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"
     UNSENDABLE = "unsendable"  # the relay kept failing to hand this row to the broker
     NEVER_ACKNOWLEDGED = "never_acknowledged"  # the sweep sent it again and again; no inbox, no dead letter
+    UNREADABLE = "unreadable"  # found in the broker's dead-letter queue: not a message Dramatiq could decode
+    FAILED_BY_DRAMATIQ = "failed_by_dramatiq"  # found there too: Dramatiq failed it before its handler ran
 
 
 class Rejected(Exception):

@@ -33,6 +33,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
 from outbox import heartbeats, leases, tracing, wake_up
+from outbox.broker_letters import collect_broker_dead_letters
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.metrics import RELAYED, SEND_FAILURES
 from outbox.models import OutboxMessage
@@ -404,7 +405,8 @@ class Relay:
         waiter = wake_up.waiter(stop)
         outage_since: float | None = None
         backoff = 0.5
-        sweeper = None if once else Sweeper(stop)
+        # Beside the sweep: what the broker set aside unread becomes a dead letter the console shows.
+        sweeper = None if once else Sweeper(stop, also=(lambda: collect_broker_dead_letters(self.broker),))
         if sweeper is not None:
             sweeper.start()
         try:

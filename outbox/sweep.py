@@ -280,15 +280,17 @@ class Sweeper(threading.Thread):
     it runs whatever the relay is doing (a relay kept busy for hours never returns from its drain),
     on a database connection of its own, and an error in it never stops the relay."""
 
-    def __init__(self, stop: threading.Event):
+    def __init__(self, stop: threading.Event, *, also: tuple = ()):
         super().__init__(name="outbox-sweep", daemon=True)
-        self.stop, self.runs = stop, 0
+        self.stop, self.runs, self.also = stop, 0, also  # `also`: more periodic work, each a callable
 
     def run(self) -> None:
         try:
             while not self.stop.is_set():
                 try:
                     sweep_unacknowledged(stop=self.stop)
+                    for job in self.also:
+                        job()
                     self.runs += 1
                 except Exception as error:
                     logger.warning("redelivery sweep failed, will try again: %s", error, exc_info=True)

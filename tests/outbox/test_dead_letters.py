@@ -304,3 +304,43 @@ def test_a_replay_once_processed_is_closed_as_processed(transactional_db):
 
     letter.refresh_from_db()
     assert (letter.status, letter.replays) == ("processed", 1)
+
+
+def test_a_message_without_an_envelope_argument_is_a_dead_letter_at_once_not_dramatiqs_retries(worker, broker):
+    """Issue 33: a message on a subscriber's queue with no arguments failed every retry with a
+    TypeError into Dramatiq's own dead-letter queue, which the console never shows."""
+    import dramatiq
+
+    from outbox.subscriptions import actor_name, queue_name
+
+    broker.enqueue(
+        dramatiq.Message(
+            queue_name=queue_name("probe_a"), actor_name=actor_name("probe_a"), args=(), kwargs={}, options={}
+        )
+    )
+
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="a dead letter")
+    assert (letter.reason, letter.attempts, letter.envelope) == ("invalid_envelope", 1, {"args": [], "kwargs": {}})
+
+
+@pytest.mark.rabbitmq
+def test_a_message_that_is_not_dramatiqs_ends_as_an_unreadable_dead_letter_not_only_in_the_broker(
+    worker, broker, start_relay, settings
+):
+    """Issue 33: bytes Dramatiq cannot decode were rejected into the queue's .XQ, and stayed there:
+    the relay's sweeper now moves what waits there into the store, acknowledged once recorded."""
+    import pika
+    from dramatiq.common import xq_name
+
+    from delivery_project.broker import broker_urls
+    from outbox.subscriptions import queue_name
+
+    settings.OUTBOX_SWEEP_INTERVAL_SECONDS = 0.2
+    queue = queue_name("probe_a")
+    with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+        connection.channel().basic_publish("", queue, b"not json at all", pika.BasicProperties(delivery_mode=2))
+    start_relay()
+
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="an unreadable letter")
+    assert letter.reason == "unreadable" and letter.envelope == {"unreadable": "not json at all", "bytes": 15}
+    assert broker.channel.queue_declare(xq_name(queue), passive=True).method.message_count == 0  # acknowledged

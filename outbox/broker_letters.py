@@ -1,0 +1,74 @@
+"""What the broker set aside, brought into the dead-letter store the console shows.
+
+Dispatch sets aside, as a dead letter with its reason, every message it can read. What it never
+sees is failed into the subscriber's Dramatiq dead-letter queue (`<queue>.XQ`) by Dramatiq itself:
+a message that is not one of Dramatiq's at all (not JSON: Dramatiq cannot decode it and rejects
+it), or one Dramatiq failed before the actor ran. The relay's sweeper empties those queues on
+RabbitMQ into the store: `unreadable` for what cannot be decoded (its first bytes kept), and
+`failed_by_dramatiq` for a message Dramatiq failed, its envelope kept for a replay. Each is
+acknowledged on the broker only once its letter is committed: a crash in between records it again
+(an envelope updates its letter; an unreadable message gets a second one).
+"""
+
+import logging
+
+import dramatiq
+import pika.exceptions
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import xq_name
+from dramatiq.errors import DecodeError
+
+from outbox.dead_letters import Reason, record_dead_letter
+from outbox.subscriptions import queue_name, subscribers
+
+logger = logging.getLogger(__name__)
+
+KEPT_BYTES = 4096  # of an unreadable message: enough to tell what sent it
+
+
+class SetAsideByTheBroker(Exception):
+    """Why a message found in a subscriber's dead-letter queue is a dead letter."""
+
+
+def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -> int:
+    """Move what waits in each subscriber's `.XQ` into the dead-letter store; how many it moved."""
+    if not isinstance(broker, RabbitmqBroker):
+        return 0
+    moved = 0
+    for subscriber in sorted(subscribers()):
+        queue = xq_name(queue_name(subscriber))
+        try:
+            while moved < limit:
+                method, _, body = broker.channel.basic_get(queue, auto_ack=False)
+                if method is None:
+                    break
+                _record(subscriber, body)
+                broker.channel.basic_ack(method.delivery_tag)
+                moved += 1
+        except pika.exceptions.ChannelClosedByBroker as error:  # not declared yet (404): nothing there
+            del broker.channel
+            if error.reply_code != 404:
+                raise
+    if moved:
+        logger.warning("%d message(s) from the broker's dead-letter queues are now dead letters", moved)
+    return moved
+
+
+def _record(subscriber: str, body: bytes) -> None:
+    try:
+        message = dramatiq.Message.decode(body)
+    except DecodeError:
+        record_dead_letter(
+            subscriber=subscriber,
+            body={"unreadable": body[:KEPT_BYTES].decode("utf-8", "replace"), "bytes": len(body)},
+            reason=Reason.UNREADABLE,
+            error=SetAsideByTheBroker(f"not a Dramatiq message ({len(body)} bytes): rejected unread"),
+        )
+        return
+    only = message.args[0] if len(message.args) == 1 and not message.kwargs else None
+    record_dead_letter(
+        subscriber=subscriber,
+        body=only if isinstance(only, dict) else {"args": list(message.args), "kwargs": message.kwargs},
+        reason=Reason.FAILED_BY_DRAMATIQ,
+        error=SetAsideByTheBroker(f"Dramatiq failed {message.message_id} before its handler ran"),
+    )
