@@ -4,8 +4,10 @@ messaging overview shows which are alive, when each was last seen and what it ha
 import contextlib
 import logging
 import os
+import signal
 import socket
 import threading
+import time
 
 import dramatiq
 from django.conf import settings
@@ -13,6 +15,11 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 logger = logging.getLogger(__name__)
+
+# A stop sent to a whole process group (Ctrl-C under honcho, `kill %1`, systemd's default KillMode)
+# reaches each Dramatiq worker process twice: once from the group, once forwarded by Dramatiq's main
+# process, a few milliseconds apart. Dramatiq reads the second as "kill now".
+SAME_STOP_WITHIN_SECONDS = 1.0
 
 
 def interval() -> float:
@@ -60,21 +67,48 @@ class WorkerHeartbeat(dramatiq.Middleware):
     def __init__(self):
         self.handled = 0
         self._lock = threading.Lock()
-        # One stop per worker: a process (or a test) may run several, and each thread ends with its own.
-        self._stops: dict[int, threading.Event] = {}
+        # One beat per worker: a process (or a test) may run several, and each thread ends with its own.
+        self._beats: dict[int, tuple[threading.Event, threading.Thread]] = {}
+
+    def after_process_boot(self, broker):
+        """In a Dramatiq worker process: read a doubled stop signal as the one stop it is, and
+        take this process's heartbeat with it if a real second signal kills the process."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        dramatiqs = signal.getsignal(signal.SIGTERM)
+        if not callable(dramatiqs):
+            return
+        first: float | None = None
+
+        def on_sigterm(signum, frame):
+            nonlocal first
+            now = time.monotonic()
+            if first is not None and now - first < SAME_STOP_WITHIN_SECONDS:
+                return  # the same stop, delivered by the group and again by Dramatiq's main process
+            if first is not None:  # a second stop, sent on purpose: Dramatiq exits at once
+                gone(process_name("worker"))
+            first = first or now
+            dramatiqs(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
 
     def after_process_message(self, broker, message, *, result=None, exception=None):
         with self._lock:
             self.handled += 1
 
     def after_worker_boot(self, broker, worker):
-        stop = self._stops[id(worker)] = threading.Event()
-        threading.Thread(target=self._beat, args=(stop,), daemon=True, name="heartbeat").start()
+        stop = threading.Event()
+        thread = threading.Thread(target=self._beat, args=(stop,), daemon=True, name="heartbeat")
+        self._beats[id(worker)] = (stop, thread)
+        thread.start()
 
     def before_worker_shutdown(self, broker, worker):
-        stop = self._stops.pop(id(worker), None)
+        stop, thread = self._beats.pop(id(worker), (None, None))
         if stop is not None:
             stop.set()
+            # Waited for: a worker process exits right after this, and a daemon thread dies with it
+            # before it removes the heartbeat, which would then read as a silent process.
+            thread.join(timeout=10)
 
     def _beat(self, stop: threading.Event) -> None:
         process, started_at = process_name("worker"), timezone.now()

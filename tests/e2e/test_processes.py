@@ -1,11 +1,12 @@
 """The documented commands, as separate processes: workers, relay --once, relay stopped by SIGTERM."""
 
+import os
 import signal
 import subprocess
 
 import pytest
 
-from outbox.models import OutboxMessage
+from outbox.models import Heartbeat, OutboxMessage
 from tests.probe.models import Effect
 from tests.probe.services import ping
 from tests.processes import MANAGE
@@ -55,3 +56,29 @@ def test_sigterm_lets_the_relay_finish_and_exit_cleanly(env):
         relay.kill()
     assert relay.returncode == 0, output
     assert "relay stopped" in output
+
+
+def test_a_stop_sent_to_the_whole_process_group_stops_workers_cleanly_and_takes_their_heartbeats(env, tmp_path):
+    """Issue 33: Ctrl-C under honcho, `kill %1` or systemd's default kill mode signal the whole group,
+    so each Dramatiq worker process got SIGTERM twice (from the group, then forwarded by Dramatiq's
+    main process), read the second as 'kill now' and left its heartbeat row to read 'silent'."""
+    log_path = tmp_path / "workers.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*MANAGE, "rundramatiq", "--processes", "2", "--threads", "1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own, as a terminal or a service manager gives it
+        )
+    try:
+        wait_until(lambda: Heartbeat.objects.filter(kind="worker").count() == 2, timeout=60, what="2 workers' beats")
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    output = log_path.read_text()
+    assert "Killing worker process" not in output, output
+    assert list(Heartbeat.objects.filter(kind="worker").values_list("process", flat=True)) == []
