@@ -196,5 +196,5 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
     with atomic():
         failed = deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
         if failed:
-            announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason))
+            announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason), ended=True)
     return bool(failed)

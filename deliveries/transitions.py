@@ -9,7 +9,7 @@ from uuid import UUID
 
 from deliveries.events import DeliveryFailed
 from deliveries.models import Delivery
-from outbox.publishing import publish
+from outbox.publishing import publish, withdraw_scheduled
 
 Status = Delivery.Status
 
@@ -24,11 +24,16 @@ class TooLate(Exception):
 
 def announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
     """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
-    announce_about(delivery.id, event, at=at)
+    announce_about(delivery.id, event, at=at, ended=delivery.is_terminal)
 
 
-def announce_about(delivery_id: UUID, event, *, at: datetime | None = None) -> None:
-    publish(event, stream=f"delivery:{delivery_id}", correlation_id=delivery_id, available_at=at)
+def announce_about(delivery_id: UUID, event, *, at: datetime | None = None, ended: bool = False) -> None:
+    """`ended`: the event tells the delivery's end, which withdraws the timers it set for itself
+    (its deadline, its join and wait timeouts): moot now, they would only linger as pending."""
+    stream = f"delivery:{delivery_id}"
+    if ended:
+        withdraw_scheduled(stream=stream)
+    publish(event, stream=stream, correlation_id=delivery_id, available_at=at)
 
 
 def locked(delivery_id: UUID) -> Delivery | None:

@@ -73,6 +73,23 @@ def publish(
     return row
 
 
+def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
+    """Take back the events of `stream` still scheduled for later (timers not yet due), in the
+    caller's transaction, with the change that makes them moot: a delivery that ended needs its
+    deadline no more, and a timer left behind would fire for nothing and be listed as pending
+    until then. Returns how many. A timer already due is left to the relay, which may be sending it:
+    its handler must still find it moot, as it must for a timer that fired before the change.
+    """
+    if not transaction.get_connection(using).in_atomic_block:
+        raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
+    withdrawn, _ = (
+        OutboxMessage.objects.using(using)
+        .filter(stream=stream, published_at__isnull=True, available_at__gt=timezone.now())
+        .delete()
+    )
+    return withdrawn
+
+
 def _append(row: OutboxMessage, *, using: str, due_now: bool) -> None:
     """Insert `row`, numbered in its stream, refusing one too large for the brokers."""
     size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES

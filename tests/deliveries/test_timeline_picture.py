@@ -32,7 +32,7 @@ def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(
     assert set(timeline["responses"]["200"]["content"]) == {"application/json", "image/svg+xml"}
 
 
-def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_pending_timers(
+def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_timers_only_while_they_matter(
     admin_client, customer, fleet, choreography, monkeypatch
 ):
     delivery_id = requested(customer)
@@ -50,4 +50,7 @@ def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_pendin
     assert f"delivery.dispatched: dead letter, handler_error (x{letter.attempts})" in html
     assert "delivery.dispatched replayed to notifications" in html
     assert "1 duplicate copy of delivery.requested skipped" in html
-    assert 'class="edge timer pending"' in html  # the deadline timer, still to fire
+    assert 'class="edge timer pending"' not in html  # ended: its timers were withdrawn (issue 33)
+    waiting = requested(customer)
+    page = admin_client.get(f"/admin/deliveries/delivery/{waiting}/change/").content.decode()
+    assert 'class="edge timer pending"' in page  # its timers, still to fire

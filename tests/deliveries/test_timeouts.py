@@ -90,3 +90,26 @@ def test_no_deadline_sets_no_deadline_timer(customer):
     del body["deadline"]
     customer.request(body)
     assert not OutboxMessage.objects.filter(type="delivery.deadline_passed").exists()
+
+
+def test_a_delivery_that_ends_withdraws_its_timers_still_to_fire(customer, fleet, choreography):
+    """Issue 33: the overview listed the deadline timers of deliveries that had ended long ago as
+    pending, and a delivered delivery's diagram said its deadline 'fires in 1 h 51 min'."""
+    deadline = timezone.now() + timedelta(hours=2)
+    ended = requested(customer, deadline=deadline.isoformat())
+    running = requested(customer, deadline=deadline.isoformat())
+
+    def pending(delivery_id):
+        rows = OutboxMessage.objects.filter(correlation_id=delivery_id, published_at__isnull=True)
+        return rows.filter(available_at__gt=timezone.now())
+
+    assert pending(ended).count() == 2  # its join timeout and its deadline
+
+    choreography.settle(ended)
+
+    assert Delivery.objects.get(id=ended).status == "delivered"
+    assert list(pending(ended).values_list("type", flat=True)) == []
+    assert sorted(pending(running).values_list("type", flat=True)) == [
+        "delivery.deadline_passed",
+        "delivery.join_timed_out",
+    ]

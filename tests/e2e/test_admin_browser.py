@@ -79,7 +79,7 @@ def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
     letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_b").first(), what="a dead letter")
     Outage.objects.all().delete()  # the fault is fixed; now the operator acts
 
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})  # the screenshots' width
     log_in(page, live_server, "/admin/outbox/deadletter/")
     page.wait_for_selector("#result_list")
     assert "handler_error" in page.inner_text("#result_list")
@@ -234,3 +234,49 @@ def test_the_console_links_on_the_index_keep_their_line_and_no_two_sections_look
         assert box["height"] < 1.6 * line, f"{link.inner_text()!r} wraps at {width} px: {box}"
     captions = [c.strip() for c in page.locator("#content-main caption").all_inner_texts()]
     assert len(captions) == len(set(captions)) and not [c for c in captions if c == "Messaging"], captions
+
+
+def within(inner: dict, outer: dict) -> bool:
+    return inner["x"] >= outer["x"] - 0.5 and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 0.5
+
+
+def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matters(
+    live_server, customer, fleet, choreography, browser, screenshots, monkeypatch
+):
+    """Issue 33: a delivery's diagram sat below twenty fields with its notifications lane cut off,
+    the dead-letter list ran past the page, its page led with a whole traceback, and the overview's
+    gaps and stale counts gave no hint what they mean."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    troubled = requested(customer)
+    letter = dead_letter_then_replay(choreography, troubled, monkeypatch)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server, "/admin/")
+    page.wait_for_selector("#messaging-overview")
+    page.screenshot(path=str(screenshots / "index.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/admin/deliveries/delivery/{troubled}/change/")
+    diagram, content = page.locator("svg.sequence"), page.locator("#content-main").bounding_box()
+    assert diagram.bounding_box()["y"] < page.locator(".field-status").bounding_box()["y"]  # first, not below
+    lanes = diagram.locator(".lane-head")
+    assert lanes.count() == 5
+    for lane in lanes.all():
+        assert within(lane.bounding_box(), content), lane.text_content()
+    assert within(page.locator("#timeline table").bounding_box(), page.locator("#timeline").bounding_box())
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    page.screenshot(path=str(screenshots / "delivery.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/admin/outbox/deadletter/")
+    results = page.locator("#changelist .results")
+    assert page.locator("#result_list thead th").last.text_content().strip() == "Timeline"
+    assert within(page.locator("#result_list").bounding_box(), results.bounding_box())
+    assert page.evaluate("(e) => e.scrollWidth <= e.clientWidth", results.element_handle())
+
+    page.click(f"#result_list a[href$='/deadletter/{letter.pk}/change/']")
+    assert page.locator(".field-error").inner_text().endswith("the SMS gateway is down")
+    assert not page.locator("text=Traceback (most recent call last)").is_visible()  # one click away
+    page.click(".field-pretty_traceback summary")
+    assert page.locator("text=Traceback (most recent call last)").is_visible()
+
+    page.goto(f"{live_server.url}/admin/outbox/outboxmessage/overview/")
+    assert "not to alarm" in page.inner_text("#ordering-hint")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
