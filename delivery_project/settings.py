@@ -304,6 +304,9 @@ METRICS_STATE_CACHE_SECONDS = float(os.environ.get("METRICS_STATE_CACHE_SECONDS"
 MONITORING_TOKEN = os.environ.get("MONITORING_TOKEN", "")
 # Every handled message gets one line (subscriber, event type, ids, outcome, duration) at this
 # level; DEBUG keeps a busy system's logs to what goes wrong.
+# The info block of the event catalogue's AsyncAPI document (manage.py export_asyncapi).
+OUTBOX_ASYNCAPI_TITLE = "Drone delivery events"
+OUTBOX_ASYNCAPI_VERSION = "1.0.0"  # of the catalogue: raise it with each contract added or versioned
 OUTBOX_HANDLED_LOG_LEVEL = os.environ.get("OUTBOX_HANDLED_LOG_LEVEL", "INFO").upper()
 if OUTBOX_HANDLED_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING"):
     raise ImproperlyConfigured(f"OUTBOX_HANDLED_LOG_LEVEL is {OUTBOX_HANDLED_LOG_LEVEL!r}: DEBUG, INFO or WARNING")

@@ -48,6 +48,7 @@ NONSENSE = [
     ),
     (["dead_letters", "discard", "{letter}"], "discard needs a --note saying why", CALLED),
     (["export_event_schemas", "--directory", "{a_file}"], "cannot write the event schemas to {a_file}", CALLED),
+    (["export_asyncapi", "--output", "{a_file}/asyncapi.json"], "cannot write the AsyncAPI document to", CALLED),
     (["show_routes", "--format", "png"], "argument --format: invalid choice: 'png'", CALLED),
     (["create_roles", "--bogus"], "unrecognized arguments: --bogus", CALLED),
     (["run_all", "--addr", "nonsense"], "argument --addr: 'nonsense' is not HOST:PORT", ALONE),

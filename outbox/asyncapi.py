@@ -1,0 +1,157 @@
+"""The event catalogue as an AsyncAPI 3.0 document, generated from the registry and the contracts.
+
+The same sources as `docs/events/*.json` (the contracts) and the choreography map (the routing
+table): one channel per event type, one message per version of it (its payload the envelope
+around that version's contract), a `send` operation for the context that publishes it and a
+`receive` operation for each subscriber, naming its handler, the versions it reads, and whether
+it is ordered or a compensation. `manage.py export_asyncapi` writes it to
+`docs/events/asyncapi.json`; a test fails when the file no longer matches the code.
+
+On the wire, the relay copies each event into one queue per subscriber (named after the
+subscriber), as a Dramatiq message whose single argument is the envelope: the channel's
+address is the event type (the envelope's `type`), and each receive operation names its queue.
+"""
+
+import json
+import re
+from collections.abc import Mapping
+
+from outbox.contracts import Event, contracts
+from outbox.envelope import Envelope
+from outbox.subscriptions import Subscription, actor_name, routing_table
+
+ASYNCAPI_VERSION = "3.0.0"
+_KEY = re.compile(r"[^A-Za-z0-9_\-]")  # AsyncAPI's keys for channels, messages and operations
+
+
+def key(*parts: object) -> str:
+    """`delivery.requested`, 2 -> `delivery_requested_v2`: a name AsyncAPI accepts as a key."""
+    return "_".join(_KEY.sub("_", str(part)) for part in parts)
+
+
+def context_of(subscription: Subscription) -> str:
+    """A subscriber's context: the app its handler lives in (as Event.source() names a publisher)."""
+    parts = subscription.handler.__module__.split(".")
+    return parts[-2] if len(parts) > 1 else parts[0]
+
+
+def document(
+    *,
+    title: str,
+    version: str,
+    routes: Mapping[str, list[Subscription]] | None = None,
+    declared: Mapping[tuple[str, int], type[Event]] | None = None,
+    leave_out: frozenset[str] = frozenset(),
+) -> dict:
+    """The AsyncAPI document of `declared` (the contracts) and `routes` (the routing table), without
+    the contexts in `leave_out` (the test suite's probe)."""
+    routes = routing_table() if routes is None else routes
+    declared = contracts() if declared is None else declared
+    schemas: dict[str, dict] = {"Envelope": _envelope_schema()}
+    channels: dict[str, dict] = {}
+    operations: dict[str, dict] = {}
+    for (event_type, version_number), contract in sorted(declared.items()):
+        if contract.source() in leave_out:
+            continue
+        channel = channels.setdefault(
+            key(event_type),
+            {"address": event_type, "title": event_type, "messages": {}},
+        )
+        payload = _contract_schema(contract, schemas)
+        channel["messages"][key(event_type, f"v{version_number}")] = {
+            "name": event_type,
+            "title": f"{event_type} v{version_number}",
+            "summary": _first_line(contract.__doc__),
+            "contentType": "application/json",
+            "payload": {
+                "allOf": [
+                    {"$ref": "#/components/schemas/Envelope"},
+                    {
+                        "type": "object",
+                        "properties": {
+                            "type": {"const": event_type},
+                            "version": {"const": version_number},
+                            "payload": payload,
+                        },
+                    },
+                ]
+            },
+        }
+    for channel_key, channel in sorted(channels.items()):
+        event_type = channel["address"]
+        versions = sorted(declared_versions(declared, event_type))
+        publisher = declared[(event_type, versions[-1])].source()
+        operations[key(publisher, "sends", event_type)] = {
+            "action": "send",
+            "channel": {"$ref": f"#/channels/{channel_key}"},
+            "title": f"{publisher} publishes {event_type}",
+            "messages": [{"$ref": f"#/channels/{channel_key}/messages/{name}"} for name in channel["messages"]],
+            "x-context": publisher,
+        }
+        for subscription in sorted(routes.get(event_type, []), key=lambda s: s.subscriber):
+            if context_of(subscription) in leave_out:
+                continue
+            read = [v for v in versions if v in subscription.versions] or versions  # upcast to what it reads
+            operations[key(subscription.subscriber, "receives", event_type)] = {
+                "action": "receive",
+                "channel": {"$ref": f"#/channels/{channel_key}"},
+                "title": f"{subscription.subscriber} handles {event_type}",
+                "summary": _first_line(subscription.handler.__doc__),
+                "messages": [{"$ref": f"#/channels/{channel_key}/messages/{key(event_type, f'v{v}')}"} for v in read],
+                "x-context": context_of(subscription),
+                "x-queue": subscription.subscriber,
+                "x-actor": actor_name(subscription.subscriber),
+                "x-handler": f"{subscription.handler.__module__}.{subscription.handler.__qualname__}",
+                "x-versions-read": sorted(subscription.versions),
+                "x-ordered": subscription.ordered,
+                "x-compensation": subscription.compensation,
+            }
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": {
+            "title": title,
+            "version": version,
+            "description": (
+                "Every event the contexts publish through the transactional outbox, and who handles it. "
+                "Generated from the code (outbox.asyncapi); each message is the envelope around one "
+                "version of its event's contract."
+            ),
+        },
+        "defaultContentType": "application/json",
+        "channels": dict(sorted(channels.items())),
+        "operations": dict(sorted(operations.items())),
+        "components": {"schemas": dict(sorted(schemas.items()))},
+    }
+
+
+def declared_versions(declared: Mapping[tuple[str, int], type[Event]], event_type: str) -> set[int]:
+    return {version for (each, version) in declared if each == event_type}
+
+
+def render(document: dict) -> str:
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _envelope_schema() -> dict:
+    schema = Envelope.model_json_schema()
+    schema["description"] = "What every message carries around its payload (docs/architecture.md, the envelope)."
+    return schema
+
+
+def _contract_schema(contract: type[Event], schemas: dict[str, dict]) -> dict:
+    """The contract's JSON Schema with its `$defs` moved into the document's components (a local
+    `#/$defs/...` reference means nothing inside another document); a name two contracts define
+    differently is qualified by the contract's."""
+    schema = contract.model_json_schema()
+    renamed = {}
+    for name, definition in schema.pop("$defs", {}).items():
+        target = name if schemas.get(name, definition) == definition else f"{contract.__name__}{name}"
+        schemas[target], renamed[name] = definition, target
+    text = json.dumps(schema)
+    for name, target in renamed.items():
+        text = text.replace(f'"#/$defs/{name}"', f'"#/components/schemas/{target}"')
+    return json.loads(text)
