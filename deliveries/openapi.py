@@ -14,7 +14,7 @@ def links_to_the_delivery() -> dict:
     ]
     return {
         "responses": {
-            "202": {
+            202: {  # an int, as ninja keys the responses it derives: "202" beside it was a second 202
                 "links": {
                     name: {
                         "operationId": f"deliveries_api_{name}",

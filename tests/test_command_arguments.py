@@ -6,12 +6,15 @@ or through call_command where that is the same and quicker, and checks that noth
 changed. `create_roles` takes no values of its own: its case is an unknown option, which argparse
 refused already."""
 
+import os
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from deliveries.models import Customer, CustomerToken
@@ -167,3 +170,24 @@ def test_a_caller_passing_values_to_call_command_is_refused_the_same(db):
     with pytest.raises(CommandError, match="--longitude must be between -180 and 180, not -200"):
         call_command("seed_fleet", 21, longitude=-200)
     assert not Drone.objects.exists()
+
+
+def test_simulate_without_the_dev_extra_says_what_to_install_not_a_traceback(tmp_path):
+    """Issue 33: from a checkout installed with `pip install .` (the README's production step),
+    simulate died with `ModuleNotFoundError: No module named 'rich'`."""
+    without_rich = (
+        "import sys; sys.modules['rich'] = None; "  # as if not installed: importing it raises ImportError
+        "from django.core.management import execute_from_command_line; "
+        "execute_from_command_line(['manage.py', 'simulate', '--deliveries', '1'])"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", without_rich],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "delivery_project.settings"},
+    )
+
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr
+    assert "CommandError: simulate is a workshop tool and needs rich: install the dev extra" in ran.stderr

@@ -2,6 +2,7 @@
 degrees, how long each delivery has waited, an assignment's own state, compensations in words, the
 ground action's count, the messaging overview from the index, and "View site" that leads somewhere."""
 
+import json
 import re
 from datetime import timedelta
 from html import unescape
@@ -61,6 +62,20 @@ def test_the_api_docs_load_swagger_ui_from_this_server_not_a_cdn(client):
     scripts = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', docs)
     assert scripts and all(url.startswith("/static/") for url in scripts), scripts
     assert all(finders.find(url.removeprefix("/static/")) for url in scripts), scripts  # each one is shipped
+
+
+def test_the_openapi_schema_names_each_key_once(client):
+    """The 202 of POST /api/deliveryrequests was there twice ("202" from the links beside ninja's
+    202): Swagger UI refused the whole schema ('duplicated mapping key') and showed no operation."""
+
+    def refusing_duplicates(pairs):
+        keys = [key for key, _ in pairs]
+        assert len(keys) == len(set(keys)), f"duplicated keys: {sorted(k for k in keys if keys.count(k) > 1)}"
+        return dict(pairs)
+
+    schema = json.loads(client.get("/api/openapi.json").content, object_pairs_hook=refusing_duplicates)
+    accepted = schema["paths"]["/api/deliveryrequests"]["post"]["responses"]["202"]
+    assert "links" in accepted and "content" in accepted  # ninja's answer and the links, merged into one
 
 
 def test_a_delivery_names_its_drone_and_links_to_the_drone_page(admin_client, delivered):

@@ -22,8 +22,9 @@ def test_the_procfile_runs_web_relay_and_workers_with_commands_that_exist():
     assert processes["web"].startswith("python manage.py collectstatic --noinput --verbosity 0 && exec gunicorn ")
     assert "gunicorn delivery_project.wsgi " in processes["web"]
     for name in ("relay", "worker"):
-        program, manage, command = processes[name].split()[:3]
-        assert (program, manage) == ("python", "manage.py") and command in get_commands(), processes[name]
+        # exec: the process manager's stop reaches the command itself, not a shell that dies of it
+        run, program, manage, command = processes[name].split()[:4]
+        assert (run, program, manage) == ("exec", "python", "manage.py") and command in get_commands(), processes[name]
 
 
 def test_local_http_serves_the_loopback_only_and_refuses_an_address_others_reach():

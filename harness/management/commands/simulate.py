@@ -2,6 +2,7 @@ import argparse
 import random
 import threading
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import uuid4
@@ -9,8 +10,14 @@ from uuid import uuid4
 import dramatiq
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+try:  # the workshop's own dependencies, in the dev extra: a production install (`pip install .`) lacks them
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+except ImportError as missing:
+    WITHOUT = (missing.name or "rich").split(".")[0]  # handle() says what to install
+else:
+    WITHOUT = None
 
 from deliveries.customers import create_customer
 from drones.models import Drone
@@ -56,6 +63,12 @@ class Command(BaseCommand):
 
     def handle(self, *, deliveries, url, drones, rate, concurrency, timeout, seed, plot, verbosity, **options):
         # What could only fail at the end, or leave a customer behind, is checked before anything is made.
+        missing = [name for name in (WITHOUT, "matplotlib" if plot and not find_spec("matplotlib") else None) if name]
+        if missing:
+            raise CommandError(
+                f"simulate is a workshop tool and needs {' and '.join(missing)}: install the dev extra "
+                "(pip install '.[dev]', or -e '.[dev]' from a checkout)"
+            )
         if plot and not Path(plot).resolve().parent.is_dir():
             raise CommandError(f"--plot {plot}: there is no directory {Path(plot).resolve().parent}")
         if url:
@@ -124,14 +137,14 @@ class Command(BaseCommand):
         thread.start()
         return [lambda: thread.join(10), lambda: worker.stop(timeout=10_000)]
 
-    def _progress(self, verbosity: int) -> Progress:
+    def _progress(self, verbosity: int) -> "Progress":
         """rich redraws the bars in place on a terminal; into a pipe or a log it writes them once,
         finished, instead of a line per update."""
         console = Console(file=self.stdout._out, quiet=not verbosity)
         columns = [TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         return Progress(*columns, console=console)
 
-    def _bar(self, progress: Progress, label: str, total: int, began: float):
+    def _bar(self, progress: "Progress", label: str, total: int, began: float):
         """The bar's update; into a pipe or a log, where rich writes the bars only once finished, also a
         line every PIPED_PROGRESS_SECONDS, so a run minutes long says where it is."""
         task, last = progress.add_task(label, total=total), [time.monotonic()]
