@@ -12,7 +12,7 @@ from deliveries import selectors, services
 from deliveries.models import Customer, CustomerToken, Delivery, OverdueDelivery
 from deliveries.timeline_picture import timeline_svg
 from deliveries.transitions import TooLate
-from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
+from outbox.api import ReadOnlyAdmin, change_link, coordinates, timeline_link
 
 DroneNames = Callable[[Collection[UUID]], dict[UUID, str]]
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from deliveries.events import DeliveryCompleted, DeliveryConfirmationRequested, DeliveryConfirmationTimedOut
 from deliveries.models import Customer, Delivery
 from deliveries.transitions import Status, TooLate, announce, fail, locked
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 
 def await_confirmation(delivery: Delivery) -> None:

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from deliveries.models import Customer, CustomerToken
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 
 def create_customer(*, name: str, expires_in_days: float | None = None) -> tuple[Customer, str]:

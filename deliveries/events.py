@@ -6,7 +6,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox.contracts import Event, upcaster
+from outbox.api import Event, upcaster
 
 
 class Location(BaseModel):

@@ -8,7 +8,7 @@ from deliveries.confirmation import await_confirmation
 from deliveries.events import DeliveryCompleted
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 LATE = "late"  # the status reason of a delivery that reached its drop-off after its deadline
 

@@ -4,9 +4,7 @@ from datetime import datetime
 from uuid import UUID
 
 from deliveries import confirmation, flight, join, services, timers
-from outbox.contracts import Reader
-from outbox.envelope import Envelope
-from outbox.subscriptions import Received, subscribe, when_unprocessable
+from outbox.api import Envelope, Reader, Received, subscribe, when_unprocessable
 
 
 class AboutDelivery(Reader):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from deliveries.events import DeliveryDispatched, DeliveryWaitTimedOut
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:

@@ -10,7 +10,7 @@ from deliveries.events import DeliveryRescheduled, Location, priority_of
 from deliveries.models import Customer, Delivery
 from deliveries.timers import set_timers
 from deliveries.transitions import Status, TooLate, announce
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 
 class InvalidReschedule(ValueError):

@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from deliveries.models import Customer, CustomerToken, Delivery
-from outbox.timeline import correlation_timeline
+from outbox.api import correlation_timeline
 
 
 def deliveries_of(customer: Customer) -> QuerySet[Delivery]:

@@ -16,7 +16,7 @@ from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequest
 from deliveries.models import Customer, Delivery
 from deliveries.timers import set_timers
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from deliveries import selectors
 from deliveries.models import Delivery
-from outbox.sequence_diagram import render
+from outbox.api import sequence_diagram
 
 CUSTOMER = "customer (API)"
 LANES = (CUSTOMER, "deliveries", "packages", "drones", "notifications")
@@ -19,7 +19,7 @@ SVG = "image/svg+xml"
 
 def timeline_svg(delivery: Delivery, *, dead_letter_link: Callable[[int], str] | None = None) -> str:
     """Its pending timers included; `dead_letter_link` (the admin's) makes each dead letter a link."""
-    return render(
+    return sequence_diagram(
         selectors.timeline(delivery, scheduled=True),
         lanes=LANES,
         now=timezone.now(),

@@ -14,7 +14,7 @@ from django.utils import timezone
 from deliveries.events import DeliveryDeadlinePassed, DeliveryJoinTimedOut
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, fail, locked
-from outbox.publishing import atomic
+from outbox.api import atomic
 
 
 def set_timers(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> None:

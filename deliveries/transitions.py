@@ -9,7 +9,7 @@ from uuid import UUID
 
 from deliveries.events import DeliveryFailed
 from deliveries.models import Delivery
-from outbox.publishing import publish, withdraw_scheduled
+from outbox.api import publish, withdraw_scheduled
 
 Status = Delivery.Status
 

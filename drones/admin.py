@@ -14,7 +14,7 @@ from django.utils import timezone
 from drones import services
 from drones.fleet_map import fleet_map
 from drones.models import Assignment, Drone, WaitingDelivery
-from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
+from outbox.api import ReadOnlyAdmin, change_link, coordinates, timeline_link
 
 RECENT_ASSIGNMENTS = 20  # on a drone's page; the assignment list, filtered to the drone, has them all
 

@@ -3,7 +3,7 @@
 from datetime import datetime
 from uuid import UUID
 
-from outbox.contracts import Event
+from outbox.api import Event
 
 
 class DroneScheduled(Event):

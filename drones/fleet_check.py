@@ -17,7 +17,7 @@ from django.conf import settings
 
 from drones.events import DroneFleetCheckDue
 from drones.models import Assignment, Drone, FleetCheck
-from outbox.publishing import publish
+from outbox.api import publish
 
 # Free drones offered per check: more come free only as deliveries end, which looks for work anyway.
 DRONES_PER_CHECK = 200

@@ -8,7 +8,7 @@ from django.utils import timezone
 from drones.events import DroneArrived, DronePositionReported
 from drones.geography import Point, route_km, waypoints
 from drones.models import Assignment, Drone
-from outbox.publishing import publish
+from outbox.api import publish
 
 
 def flight_seconds(km: float, drone: Drone) -> float:

@@ -6,8 +6,7 @@ from uuid import UUID
 
 from drones import services
 from drones.geography import Point
-from outbox.contracts import Reader
-from outbox.subscriptions import Received, subscribe
+from outbox.api import Reader, Received, subscribe
 
 
 class Location(Reader):

@@ -23,7 +23,7 @@ from drones.events import (
 from drones.flights import flight_seconds, take_off
 from drones.geography import Point, distance_km, route_km
 from drones.models import Assignment, Drone
-from outbox.publishing import publish
+from outbox.api import publish
 
 # A grounded drone's delivery goes back to the head of the line: no rank is earlier than this.
 HEAD_OF_LINE = datetime(2000, 1, 1, tzinfo=UTC)

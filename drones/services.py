@@ -13,7 +13,7 @@ from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToSe
 from drones.flights import take_off
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
-from outbox.publishing import atomic, publish
+from outbox.api import atomic, publish
 
 FLEET_NAMESPACE = uuid.UUID("6f1c9f5e-4a35-4c1e-9a53-0d2a3c1b8e77")
 BEFORE_TAKEOFF = (Assignment.Status.PLANNED, Assignment.Status.WAITING, Assignment.Status.RESERVED)

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.admin import ReadOnlyAdmin
+from outbox.api import ReadOnlyAdmin
 
 
 @admin.register(Notification)

@@ -1,6 +1,6 @@
 """The contract the notifications context publishes, to itself only."""
 
-from outbox.contracts import Event
+from outbox.api import Event
 
 
 class NotificationDue(Event):

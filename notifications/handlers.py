@@ -4,8 +4,7 @@ from uuid import UUID
 
 from notifications.models import Notification
 from notifications.services import notify, send_message
-from outbox.contracts import Reader
-from outbox.subscriptions import Received, subscribe
+from outbox.api import Reader, Received, subscribe
 
 
 class DeliveryEvent(Reader):

@@ -11,7 +11,7 @@ from django.utils.module_loading import import_string
 
 from notifications.events import NotificationDue
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.publishing import atomic, publish
+from outbox.api import atomic, publish
 
 logger = logging.getLogger(__name__)
 

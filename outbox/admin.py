@@ -51,6 +51,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 def timeline_link(correlation_id: UUID | None, label: str = "timeline") -> str:
+    """A link to the console's timeline of a correlation (a delivery's whole story), or a dash."""
     if not correlation_id:
         return "-"
     return format_html('<a href="{}">{}</a>', reverse("admin:outbox_timeline", args=[correlation_id]), label)

@@ -66,3 +66,4 @@ def comma_separated(item: Callable[[str], int | float]) -> Callable[[str], list]
 port = whole_number(at_least=1, at_most=65535)
 # Days from now, for an expiry or a retention window: a century at most keeps the date a date.
 duration_in_days = number(above=0, at_most=36_500)
+duration_in_days.__doc__ = "Days from now (more than 0, a century at most): an expiry or a retention window."

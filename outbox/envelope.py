@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 
 class Envelope(BaseModel):
+    """What every message carries around its payload: who and what it is, its place in its stream
+    and its story. Read-only, and tolerant: a field it does not know is ignored."""
+
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     message_id: UUID

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from outbox.admin import ReadOnlyAdmin, timeline_link
+from outbox.api import ReadOnlyAdmin, timeline_link
 from packages.models import Package
 
 

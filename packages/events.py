@@ -2,7 +2,7 @@
 
 from uuid import UUID
 
-from outbox.contracts import Event
+from outbox.api import Event
 
 
 class PackageReady(Event):

@@ -2,8 +2,7 @@
 
 from uuid import UUID
 
-from outbox.contracts import Reader
-from outbox.subscriptions import Received, subscribe
+from outbox.api import Reader, Received, subscribe
 from packages import services
 
 

@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.conf import settings
 
-from outbox.publishing import atomic, publish
+from outbox.api import atomic, publish
 from packages.events import PackageCancelled, PackageReady, PackageRejected
 from packages.models import Package
 

@@ -19,6 +19,7 @@ BAD_IMPORTS = {
     "outbox/subscriptions.py": ("import outbox.dispatch", "The kernel is layered"),
     "delivery_project/urls.py": ("import harness.chaos", "Nothing that ships imports the workshop"),
     "drones/fleet_check.py": ("import drones.scheduling", "fleet check is below the scheduler"),
+    "packages/services.py": ("import outbox.relay", "Contexts use the kernel through outbox.api only"),
 }
 
 

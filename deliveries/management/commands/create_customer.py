@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deliveries.customers import create_customer
 from deliveries.models import Customer
-from outbox.command_arguments import duration_in_days
+from outbox.api import duration_in_days
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deliveries.customers import revoke_customer_tokens, rotate_customer_token
 from deliveries.models import Customer
-from outbox.command_arguments import duration_in_days, number
+from outbox.api import duration_in_days, number
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ import math
 from django.core.management.base import BaseCommand, CommandError
 
 from drones.services import FLEET_MAX, seed_fleet
-from outbox.command_arguments import whole_number
+from outbox.api import whole_number
 
 KM_PER_DEGREE = 111.32
 

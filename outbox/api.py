@@ -1,0 +1,117 @@
+"""The outbox kernel's public surface: everything a bounded context may import from it.
+
+A context declares its events, publishes them with the state change they announce, subscribes
+handlers to other contexts' events, and shows its records in the console, through these names
+and no others. The rest of the kernel (the relay, dispatch, the stores, the sweep, the console's
+own pages) is its inside and may change. The import contract "Contexts use the kernel through
+outbox.api only" (pyproject.toml) fails when a context imports any other module of it. The
+deployable that wires the contexts together (`delivery_project`) may use more: the broker's
+middleware and queue declarations, the relay's health for `/readyz`, the metrics endpoint.
+
+Publishing: state and its events in one transaction
+    publish             append an event to the outbox in the caller's transaction; relayed after commit
+    atomic              the transaction a service's change and its events share (joins a handler's)
+    withdraw_scheduled  take back a stream's events still scheduled for later (timers made moot)
+    PublishOutsideTransaction, EventTooLarge   what publish refuses
+
+Contracts: the published language
+    Event               a fact a context publishes: subclass it with `type`, `version` and the fields
+    Reader              a subscriber's own tolerant view of a payload
+    upcaster            how a payload of one version becomes the next, for messages still queued
+
+Handling: the other side
+    subscribe           register a handler for an event type (idempotent, retried, ordered if asked)
+    when_unprocessable  what a subscriber does when a message can never be processed
+    Received            what a handler is given: the envelope and its payload, read
+    Envelope            what every message carries around its payload
+    Rejected            raise it for a message that can never succeed: a dead letter at once
+
+Console: the admin's pieces for a context's own pages
+    ReadOnlyAdmin, change_link, timeline_link, coordinates, correlation_timeline, sequence_diagram
+
+Commands: argparse types that refuse nonsense in one line
+    whole_number, number, duration_in_days
+
+Each name is loaded on first use, so a context's `events.py` may import this module before
+Django's apps are ready (only the publishing and console names need the models).
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+# name -> (module, attribute): the one list of what the kernel promises its contexts.
+SURFACE: dict[str, tuple[str, str]] = {
+    "publish": ("outbox.publishing", "publish"),
+    "atomic": ("outbox.publishing", "atomic"),
+    "withdraw_scheduled": ("outbox.publishing", "withdraw_scheduled"),
+    "PublishOutsideTransaction": ("outbox.publishing", "PublishOutsideTransaction"),
+    "EventTooLarge": ("outbox.publishing", "EventTooLarge"),
+    "Event": ("outbox.contracts", "Event"),
+    "Reader": ("outbox.contracts", "Reader"),
+    "upcaster": ("outbox.contracts", "upcaster"),
+    "subscribe": ("outbox.subscriptions", "subscribe"),
+    "when_unprocessable": ("outbox.subscriptions", "when_unprocessable"),
+    "Received": ("outbox.subscriptions", "Received"),
+    "Envelope": ("outbox.envelope", "Envelope"),
+    "Rejected": ("outbox.dead_letters", "Rejected"),
+    "ReadOnlyAdmin": ("outbox.admin", "ReadOnlyAdmin"),
+    "change_link": ("outbox.admin", "change_link"),
+    "timeline_link": ("outbox.admin", "timeline_link"),
+    "coordinates": ("outbox.admin", "coordinates"),
+    "correlation_timeline": ("outbox.timeline", "correlation_timeline"),
+    "sequence_diagram": ("outbox.sequence_diagram", "render"),
+    "whole_number": ("outbox.command_arguments", "whole_number"),
+    "number": ("outbox.command_arguments", "number"),
+    "duration_in_days": ("outbox.command_arguments", "duration_in_days"),
+}
+
+__all__ = [  # SURFACE's names, written out so that tools reading the source see them too
+    "publish",
+    "atomic",
+    "withdraw_scheduled",
+    "PublishOutsideTransaction",
+    "EventTooLarge",
+    "Event",
+    "Reader",
+    "upcaster",
+    "subscribe",
+    "when_unprocessable",
+    "Received",
+    "Envelope",
+    "Rejected",
+    "ReadOnlyAdmin",
+    "change_link",
+    "timeline_link",
+    "coordinates",
+    "correlation_timeline",
+    "sequence_diagram",
+    "whole_number",
+    "number",
+    "duration_in_days",
+]
+
+
+def __getattr__(name: str):
+    try:
+        module, attribute = SURFACE[name]
+    except KeyError:
+        raise AttributeError(f"outbox.api has no {name!r}: the kernel's surface is {', '.join(__all__)}") from None
+    value = getattr(import_module(module), attribute)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
+    from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
+    from outbox.command_arguments import duration_in_days, number, whole_number
+    from outbox.contracts import Event, Reader, upcaster
+    from outbox.dead_letters import Rejected
+    from outbox.envelope import Envelope
+    from outbox.publishing import EventTooLarge, PublishOutsideTransaction, atomic, publish, withdraw_scheduled
+    from outbox.sequence_diagram import render as sequence_diagram
+    from outbox.subscriptions import Received, subscribe, when_unprocessable
+    from outbox.timeline import correlation_timeline

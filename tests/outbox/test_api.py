@@ -1,0 +1,42 @@
+"""outbox.api, the kernel's public surface: each name there, documented, loaded when first used."""
+
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+import outbox.api
+from outbox.api import SURFACE
+
+
+@pytest.mark.parametrize("name", sorted(SURFACE))
+def test_each_name_of_the_surface_is_there_and_says_its_promise(name):
+    value = getattr(outbox.api, name)
+
+    assert value is not None and (value.__doc__ or "").strip(), f"outbox.api.{name} has no docstring"
+    assert sorted(outbox.api.__all__) == sorted(SURFACE)
+
+
+def test_a_name_that_is_not_on_the_surface_is_refused_with_the_list():
+    with pytest.raises(AttributeError, match="outbox.api has no 'Relay': the kernel's surface is .*publish"):
+        outbox.api.Relay  # noqa: B018
+
+
+def test_a_contexts_events_module_may_import_it_before_djangos_apps_are_ready():
+    """Only what is used is loaded: declaring contracts needs pydantic, not the models."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from outbox.api import Event, Reader, upcaster; "
+            "print(sorted(m for m in sys.modules if m.startswith('outbox')))",
+        ],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "['outbox', 'outbox.api', 'outbox.contracts']"
