@@ -92,20 +92,17 @@ def requested(customer) -> UUID:
     return UUID(response.json()["deliveryId"])
 
 
-def dead_letter_then_replay(choreography, delivery_id: UUID, monkeypatch) -> DeadLetter:
+def dead_letter_then_replay(choreography, delivery_id: UUID) -> DeadLetter:
     """Take the delivery to its end with notifications failing `delivery.dispatched` (dead-lettered
     at once outside a worker), then replay the letter and process the replay: a delivery whose
     story holds a red copy and its replay. The letter, as it is after the replay."""
     from outbox.dead_letter_actions import replay_dead_letter
     from outbox.dispatch import dispatch
-
-    def broken(**kwargs):
-        raise RuntimeError("the SMS gateway is down")
+    from outbox.testing import failing
 
     choreography.settle(delivery_id, hold=("delivery.dispatched",))
     [dispatched] = choreography.pending(delivery_id, "delivery.dispatched")
-    with monkeypatch.context() as patched:
-        patched.setattr("notifications.handlers.notify", broken)
+    with failing("notifications", "delivery.dispatched", RuntimeError("the SMS gateway is down")):
         choreography.hand_over(dispatched, dead_letter_expected=True)
     choreography.settle(delivery_id)
     letter = DeadLetter.objects.get(subscriber="notifications", type="delivery.dispatched", correlation_id=delivery_id)

@@ -12,6 +12,7 @@ from drones.services import seed_fleet
 from outbox.dispatch import dispatch
 from outbox.models import OutboxMessage
 from outbox.publishing import publish
+from outbox.testing import wait_until_processed
 from tests.factories import BASE, Customer
 from tests.waiting import wait_until
 
@@ -40,10 +41,7 @@ def test_one_delivery_shows_in_the_counters_and_the_state_gauges(system):
     delivery_id = alice.request().json()["deliveryId"]
     wait_until(lambda: alice.get(f"/deliveries/{delivery_id}").json()["status"] == "delivered", what="delivered")
 
-    def nothing_due() -> bool:
-        return not OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=timezone.now()).exists()
-
-    wait_until(nothing_due, what="every due row relayed")
+    wait_until_processed(timeout=30)  # every due row relayed, and handled by each of its subscribers
     requested = OutboxMessage.objects.get(type="delivery.requested")
     dispatch(subscriber="drones", body=requested.envelope())  # a second copy, skipped by the inbox
     processed = dict(subscriber="deliveries", event_type="drone.arrived", outcome="processed")

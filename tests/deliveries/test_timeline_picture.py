@@ -33,10 +33,10 @@ def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(
 
 
 def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_timers_only_while_they_matter(
-    admin_client, customer, fleet, choreography, monkeypatch
+    admin_client, customer, fleet, choreography
 ):
     delivery_id = requested(customer)
-    letter = dead_letter_then_replay(choreography, delivery_id, monkeypatch)
+    letter = dead_letter_then_replay(choreography, delivery_id)
     first = OutboxMessage.objects.get(correlation_id=delivery_id, type="delivery.requested", target_subscriber="")
     dispatch(subscriber="packages", body=first.envelope())  # a copy the broker delivered twice
 

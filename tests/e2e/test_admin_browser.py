@@ -141,7 +141,7 @@ def test_an_operator_finds_the_overview_on_the_index_and_follows_a_delivery_to_i
 
 
 def test_the_console_draws_a_delivery_as_a_sequence_diagram_and_the_choreography_as_a_map(
-    live_server, customer, fleet, choreography, browser, screenshots, monkeypatch
+    live_server, customer, fleet, choreography, browser, screenshots
 ):
     """One delivery dead-lettered on its way and replayed, one delivered plainly: the pictures
     an operator reads instead of tables."""
@@ -149,7 +149,7 @@ def test_the_console_draws_a_delivery_as_a_sequence_diagram_and_the_choreography
     plain = requested(customer)
     choreography.settle(plain)
     troubled = requested(customer)
-    letter = dead_letter_then_replay(choreography, troubled, monkeypatch)
+    letter = dead_letter_then_replay(choreography, troubled)
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     log_in(page, live_server, f"/admin/deliveries/delivery/{troubled}/change/")
@@ -241,14 +241,14 @@ def within(inner: dict, outer: dict) -> bool:
 
 
 def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matters(
-    live_server, customer, fleet, choreography, browser, screenshots, monkeypatch
+    live_server, customer, fleet, choreography, browser, screenshots
 ):
     """Issue 33: a delivery's diagram sat below twenty fields with its notifications lane cut off,
     the dead-letter list ran past the page, its page led with a whole traceback, and the overview's
     gaps and stale counts gave no hint what they mean."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     troubled = requested(customer)
-    letter = dead_letter_then_replay(choreography, troubled, monkeypatch)
+    letter = dead_letter_then_replay(choreography, troubled)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, live_server, "/admin/")
     page.wait_for_selector("#messaging-overview")

@@ -1,0 +1,81 @@
+"""outbox.testing, the helpers for a team adding a context, on this project's own delivery flow."""
+
+from uuid import UUID
+
+import pytest
+
+from deliveries.models import Delivery
+from outbox.models import DeadLetter, InboxMessage
+from outbox.testing import DeadLettered, failing, published, run_choreography, wait_until_processed
+from tests.factories import requested
+
+
+def test_run_choreography_plays_a_delivery_to_its_end_in_process(customer, fleet):
+    delivery_id = requested(customer)
+
+    handed = run_choreography(correlation_id=delivery_id)
+
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+    assert handed == InboxMessage.objects.count() > 10  # each copy once, to each of its subscribers
+    assert run_choreography(correlation_id=delivery_id) == 0  # nothing left: a second run hands nothing
+    [completed] = published("delivery.completed", correlation_id=delivery_id)
+    assert completed.payload["delivery_id"] == str(delivery_id) and completed.correlation_id == delivery_id
+    assert published("delivery.completed", correlation_id=UUID(int=1)) == []
+
+
+def test_held_types_and_timers_wait_until_asked_for(customer, fleet):
+    delivery_id = requested(customer)
+
+    run_choreography(correlation_id=delivery_id, hold=("package.ready",))
+    assert Delivery.objects.get(id=delivery_id).package_ready is False  # the package's answer held back
+
+    run_choreography(correlation_id=delivery_id)
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+
+
+def test_a_timer_fires_only_when_asked_to(customer, fleet):
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("delivery.requested",))  # nobody answers in time
+    assert Delivery.objects.get(id=delivery_id).status == "requested"
+
+    run_choreography(correlation_id=delivery_id, hold=("delivery.requested",), timers=True)
+
+    delivery = Delivery.objects.get(id=delivery_id)
+    assert (delivery.status, delivery.status_reason) == ("failed", "join_timeout")
+
+
+def test_a_handler_made_to_fail_fails_the_run_or_leaves_its_dead_letter(customer, fleet):
+    first, second = requested(customer), requested(customer)
+
+    with failing("notifications", "delivery.dispatched"), pytest.raises(DeadLettered, match="failed on purpose"):
+        run_choreography(correlation_id=first)
+    with failing("notifications", "delivery.dispatched", error=ValueError("the SMS gateway is down")):
+        run_choreography(correlation_id=second, dead_letters="keep")
+
+    letter = DeadLetter.objects.get(correlation_id=second)
+    assert (letter.subscriber, letter.type, letter.error) == (
+        "notifications",
+        "delivery.dispatched",
+        "the SMS gateway is down",
+    )
+    assert Delivery.objects.get(id=second).status == "delivered"  # the rest of the flow went on
+    run_choreography(correlation_id=first)  # the handler is itself again outside the block
+    assert Delivery.objects.get(id=first).status == "delivered"
+
+
+@pytest.mark.integration
+def test_wait_until_processed_returns_once_a_real_relay_and_workers_are_done(customer, fleet, system):
+    delivery_id = requested(customer)
+
+    wait_until_processed(correlation_id=delivery_id, timeout=60)
+
+    assert Delivery.objects.get(id=delivery_id).status == "delivered"
+    for envelope in published(correlation_id=delivery_id):
+        assert InboxMessage.objects.filter(message_id=envelope.message_id).exists()
+
+
+def test_wait_until_processed_names_what_is_still_out(customer, fleet, transactional_db):
+    delivery_id = requested(customer)  # no relay runs
+
+    with pytest.raises(TimeoutError, match=r"after 0.2 s still not processed: delivery.requested #\d+ not relayed"):
+        wait_until_processed(correlation_id=delivery_id, timeout=0.2)
