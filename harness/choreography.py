@@ -1,7 +1,10 @@
 """Run the choreography in a chosen order: outbox events handed to their subscribers synchronously.
 
 It uses the real dispatch (inbox, handler, events published in the same transaction); only
-the broker hop is replaced, so a test can decide which message arrives first.
+the broker hop is replaced, so a test can decide which message arrives first. What counts as
+handed over is the kernel's own record, as `outbox.testing` reads it (an inbox row, or a dead
+letter not waiting for its replay), so a delivery played partly here message by message and
+partly by `outbox.testing.run_choreography` agrees with itself.
 """
 
 from uuid import UUID
@@ -10,13 +13,10 @@ from django.utils import timezone
 
 from outbox.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
-from outbox.subscriptions import subscribers_of
+from outbox.testing import handled_by, recipients
 
 
 class Choreography:
-    def __init__(self):
-        self.handed_over: set[tuple[int, str]] = set()
-
     def pending(
         self, delivery_id: UUID, type: str | None = None, *, only: str | None = None, due_only: bool = False
     ) -> list[OutboxMessage]:
@@ -24,11 +24,7 @@ class Choreography:
         rows = OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id")
         if due_only:
             rows = rows.filter(available_at__lte=timezone.now())
-        return [
-            row
-            for row in (rows.filter(type=type) if type else rows)
-            if any((row.id, s) not in self.handed_over for s in subscribers_of(row.type) if only in (None, s))
-        ]
+        return [row for row in (rows.filter(type=type) if type else rows) if self._waiting(row, only)]
 
     def deliver(self, type: str, delivery_id: UUID, *, only: str | None = None) -> int:
         """Hand every pending `type` event of the delivery to its subscribers (or just `only`), due or not."""
@@ -43,15 +39,17 @@ class Choreography:
         Outside a worker a raising handler is dead-lettered at once instead of raising, so without
         this check a crashing handler would pass unnoticed.
         """
-        for subscriber in subscribers_of(row.type):
-            if only in (None, subscriber) and (row.id, subscriber) not in self.handed_over:
-                self.handed_over.add((row.id, subscriber))
-                dispatch(subscriber=subscriber, body=row.envelope())
-                letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=row.message_id).first()
-                if letter is not None and not dead_letter_expected:
-                    raise AssertionError(
-                        f"{subscriber} dead-lettered {row.type} ({letter.reason}): {letter.error}\n{letter.traceback}"
-                    )
+        for subscriber in self._waiting(row, only):
+            self.dispatch(subscriber, row)
+            letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=row.message_id).first()
+            if letter is not None and not dead_letter_expected:
+                raise AssertionError(
+                    f"{subscriber} dead-lettered {row.type} ({letter.reason}): {letter.error}\n{letter.traceback}"
+                )
+
+    def dispatch(self, subscriber: str, row: OutboxMessage) -> None:
+        """One copy to one subscriber: the broker hop, replaced."""
+        dispatch(subscriber=subscriber, body=row.envelope())
 
     def settle(self, delivery_id: UUID, *, hold: tuple[str, ...] = ()) -> None:
         """Deliver everything due, in order, until nothing new appears; `hold` types stay pending."""
@@ -62,3 +60,8 @@ class Choreography:
         return list(
             OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id").values_list("type", flat=True)
         )
+
+    @staticmethod
+    def _waiting(row: OutboxMessage, only: str | None) -> list[str]:
+        handled = handled_by(row)
+        return [s for s in recipients(row) if only in (None, s) and s not in handled]

@@ -18,8 +18,6 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from deliveries.customers import create_customer
 from harness.bench_api import a_request_body
 from harness.choreography import Choreography
-from outbox.dispatch import dispatch
-from outbox.subscriptions import subscribers_of
 
 
 class CountingChoreography(Choreography):
@@ -29,13 +27,10 @@ class CountingChoreography(Choreography):
         super().__init__()
         self.statements: dict[tuple[str, str], list[list[str]]] = defaultdict(list)
 
-    def hand_over(self, row, *, only=None, dead_letter_expected=False):
-        for subscriber in subscribers_of(row.type):
-            if only in (None, subscriber) and (row.id, subscriber) not in self.handed_over:
-                self.handed_over.add((row.id, subscriber))
-                with CaptureQueriesContext(connection) as queries:
-                    dispatch(subscriber=subscriber, body=row.envelope())
-                self.statements[(subscriber, row.type)].append([q["sql"] for q in queries.captured_queries])
+    def dispatch(self, subscriber, row):
+        with CaptureQueriesContext(connection) as queries:
+            super().dispatch(subscriber, row)
+        self.statements[(subscriber, row.type)].append([q["sql"] for q in queries.captured_queries])
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,8 @@ def _rows(correlation_id: UUID | None):
     return rows if correlation_id is None else rows.filter(correlation_id=correlation_id)
 
 
-def _recipients(row: OutboxMessage) -> list[str]:
+def recipients(row: OutboxMessage) -> list[str]:
+    """Who gets `row`: its one target (a replay, a resent copy), else every subscriber decided at publish."""
     return [row.target_subscriber] if row.target_subscriber else list(row.recipients)
 
 
@@ -141,7 +142,7 @@ def _unhandled(correlation_id, *, hold, timers) -> tuple[OutboxMessage, str] | N
     if not timers:
         rows = rows.filter(available_at__lte=timezone.now())
     for row in rows.iterator():
-        if missing := [s for s in _recipients(row) if s not in handled_by(row)]:
+        if missing := [s for s in recipients(row) if s not in handled_by(row)]:
             return row, missing[0]
     return None
 
@@ -153,7 +154,7 @@ def _outstanding(correlation_id) -> list[str]:
     unhandled = [
         f"{row.type} #{row.id} for {subscriber}"
         for row in relayed.iterator()
-        for subscriber in _recipients(row)
+        for subscriber in recipients(row)
         if subscriber not in handled_by(row)
     ]
     return waiting + unhandled
