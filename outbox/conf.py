@@ -1,0 +1,51 @@
+"""The kernel's settings and their defaults: a project sets only what it changes.
+
+The kernel reads each as `settings.OUTBOX_...` where it is used, so a test's `override_settings`
+works as for any Django setting. What a project leaves out is filled in from `DEFAULTS` once, when
+Django loads the app (`OutboxConfig`), as django-appconf does. docs/production.md says what each
+one does; the deployable here reads them from the environment.
+"""
+
+import copy
+
+from django.conf import settings
+
+DAY = 24 * 3600
+
+DEFAULTS: dict[str, object] = {
+    # Queues and retries
+    "OUTBOX_QUEUE_PREFIX": "",  # before each subscriber's queue name: several deployments on one broker
+    "OUTBOX_MAX_RETRIES": 5,  # a failing handler's retries, with backoff, before its dead letter
+    "OUTBOX_MIN_BACKOFF_MS": 1000,
+    "OUTBOX_MAX_BACKOFF_MS": 60000,
+    "OUTBOX_MAX_HOPS": 32,  # a causal chain longer than this is an event storm: loop_detected
+    "OUTBOX_DEAD_LETTER_RETRIES": 20,  # further attempts when even writing the dead letter fails
+    "OUTBOX_MESSAGE_TTL_SECONDS": 7 * DAY,  # undelivered this long after relaying: expired
+    "OUTBOX_SUBSCRIBER_LIMITS": {},  # {"subscriber": {"concurrency": 4, "per_second": 50}}
+    "OUTBOX_LIMITS_REDIS_URL": "",  # the limits' counters; empty: the broker's Redis, if it is one
+    "OUTBOX_MAX_EVENT_BYTES": 64 * 1024,  # publish() refuses a larger envelope (EventTooLarge)
+    "OUTBOX_HANDLED_LOG_LEVEL": "INFO",  # the one line per handled message
+    # The relay
+    "OUTBOX_HEARTBEAT_SECONDS": 5.0,
+    "OUTBOX_RELAY_BATCH_SIZE": 1000,
+    "OUTBOX_RELAY_LEASE_SECONDS": 30.0,
+    "OUTBOX_RELAY_POLL_SECONDS": 1.0,
+    "OUTBOX_RELAY_MAX_BACKOFF_SECONDS": 5.0,
+    "OUTBOX_LISTEN_CONNECTION": None,  # psycopg connect() keywords for LISTEN; None: the default database's
+    "OUTBOX_LISTEN_CHECK_SECONDS": 60.0,
+    "OUTBOX_RELAY_MAX_SEND_ATTEMPTS": 5,  # then an `unsendable` dead letter
+    "OUTBOX_RELAY_QUEUE_WAIT_SECONDS": 600.0,  # a queue that returns the copies is waited for this long
+    # The redelivery sweep and retention
+    "OUTBOX_SWEEP_INTERVAL_SECONDS": 60.0,
+    "OUTBOX_SWEEP_GRACE_SECONDS": 900.0,
+    "OUTBOX_SWEEP_MAX_RESENDS": 3,  # then a `never_acknowledged` dead letter
+    "OUTBOX_SWEEP_HORIZON_SECONDS": 7.0 * DAY,
+    "OUTBOX_RETENTION_SECONDS": 30.0 * DAY,  # prune_messages deletes what is older
+}
+
+
+def fill_in_defaults() -> None:
+    """Give every kernel setting the project did not set its default (a copy: never shared)."""
+    for name, value in DEFAULTS.items():
+        if not hasattr(settings, name):
+            setattr(settings, name, copy.deepcopy(value))

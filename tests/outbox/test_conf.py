@@ -1,0 +1,58 @@
+"""A project sets only the kernel settings it changes (outbox.conf); the rest have their defaults."""
+
+import json
+import subprocess
+import sys
+
+from django.conf import settings
+
+from outbox.conf import DEFAULTS
+
+MINIMAL_SETTINGS = """
+SECRET_KEY = "not secret"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "outbox"]
+DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{database}"}}}}
+USE_TZ = True
+OUTBOX_MAX_RETRIES = 2  # the one setting this project changes
+"""
+
+SETUP_AND_REPORT = """
+import django, json
+django.setup()
+from django.conf import settings
+from django.core.management import call_command
+from outbox.conf import DEFAULTS
+call_command("check", fail_level="WARNING")
+call_command("migrate", verbosity=0)
+print(json.dumps({name: getattr(settings, name) for name in DEFAULTS}))
+"""
+
+
+def test_a_project_that_sets_one_kernel_setting_gets_the_defaults_of_the_others(tmp_path):
+    (tmp_path / "minimal_settings.py").write_text(MINIMAL_SETTINGS.format(database=tmp_path / "db.sqlite3"))
+    ran = subprocess.run(
+        [sys.executable, "-c", SETUP_AND_REPORT],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": f"{tmp_path}:{settings.BASE_DIR}",
+            "DJANGO_SETTINGS_MODULE": "minimal_settings",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert ran.returncode == 0, ran.stderr  # no warning either: the kernel names its own id field
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen == {**json.loads(json.dumps(DEFAULTS)), "OUTBOX_MAX_RETRIES": 2}
+
+
+def test_the_defaults_are_what_this_deployable_runs_with_when_its_environment_says_nothing():
+    """The deployable reads each from its environment with a default of its own: the same one."""
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(settings.BASE_DIR)}  # no OUTBOX_* variable
+    report = "import json, delivery_project.settings as s; from outbox.conf import DEFAULTS; "
+    report += "print(json.dumps({name: getattr(s, name) for name in DEFAULTS}))"
+    ran = subprocess.run([sys.executable, "-c", report], env=environment, capture_output=True, text=True, timeout=60)
+
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == json.loads(json.dumps(DEFAULTS))
