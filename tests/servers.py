@@ -14,6 +14,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from harness.postgres_servers import PG_BIN
+
 NOT_GIVEN = "which this run was not given"
 
 
@@ -28,6 +30,14 @@ SERVERS = {
     "rabbitmq": ("RabbitMQ", _broker_is_rabbitmq, "BROKER_URL=amqp://..."),
     "redis": ("a Redis", lambda: bool(settings.OUTBOX_LIMITS_REDIS_URL), "OUTBOX_LIMITS_REDIS_URL=redis://..."),
 }
+
+
+# A test that starts PostgreSQL servers of its own (a restart, a failover) needs the server it was
+# given and PostgreSQL's binaries on this machine.
+POSTGRES_RIG = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"needs PostgreSQL's binaries in {PG_BIN}"),
+]
 
 
 def skip_unless_given(marker: str) -> None:

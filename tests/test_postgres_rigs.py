@@ -19,14 +19,14 @@ import psycopg
 import pytest
 
 from harness.pgbouncer import PGBOUNCER, PgBouncer
-from harness.postgres_servers import PG_BIN, PostgresPrimaryWithReplica
+from harness.postgres_servers import PostgresPrimaryWithReplica
 from harness.rig_processes import HOST, port_open, processes_in_group
+from tests.servers import POSTGRES_RIG
 from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.postgres,
-    pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"no PostgreSQL in {PG_BIN}"),
+    *POSTGRES_RIG,
     pytest.mark.skipif(not PGBOUNCER.exists(), reason=f"no PgBouncer at {PGBOUNCER}"),
 ]
 

@@ -10,16 +10,16 @@ import uuid
 
 import pytest
 
-from harness.postgres_servers import PG_BIN, PostgresServer
+from harness.postgres_servers import PostgresServer
 from tests.factories import BASE, delivery_request
 from tests.processes import a_free_port, manage, post, started, web_server_up
+from tests.servers import POSTGRES_RIG
 from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.postgres,
-    pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"needs PostgreSQL's binaries in {PG_BIN}"),
+    *POSTGRES_RIG,
 ]
 DATABASE = "restarted"
 

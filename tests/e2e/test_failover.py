@@ -16,16 +16,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from harness.postgres_servers import PG_BIN, PostgresPrimaryWithReplica
+from harness.postgres_servers import PostgresPrimaryWithReplica
 from tests.factories import BASE, delivery_request
 from tests.processes import MANAGE, a_free_port, launched, manage, post, started, web_server_up
+from tests.servers import POSTGRES_RIG
 from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.postgres,
-    pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"needs PostgreSQL's binaries in {PG_BIN}"),
+    *POSTGRES_RIG,
 ]
 DATABASE = "failover"
 RATE = 4  # new deliveries a second, each posted until accepted
