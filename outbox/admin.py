@@ -51,7 +51,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 def timeline_link(correlation_id: UUID | None, label: str = "timeline") -> str:
-    """A link to the console's timeline of a correlation (a delivery's whole story), or a dash."""
+    """A link to the console's timeline of a correlation (a whole story), or a dash."""
     if not correlation_id:
         return "-"
     return format_html('<a href="{}">{}</a>', reverse("admin:outbox_timeline", args=[correlation_id]), label)
@@ -71,7 +71,7 @@ def change_link(url_name: str, pk, label: str | None = None) -> str:
 
 def coordinates(latitude: float | None, longitude: float | None, altitude: float | None = None) -> str:
     """A place as people read it (47.6300° N, 122.3500° W, 12 m), not as JSON or signed floats:
-    four decimals are about 10 m, which is what an operator needs to find a drone."""
+    four decimals are about 10 m, which is what an operator needs to find a vehicle."""
     if latitude is None or longitude is None:
         return admin.site.empty_value_display
     north, east = "N" if latitude >= 0 else "S", "E" if longitude >= 0 else "W"

@@ -25,7 +25,7 @@ _KEY = re.compile(r"[^A-Za-z0-9_\-]")  # AsyncAPI's keys for channels, messages 
 
 
 def key(*parts: object) -> str:
-    """`delivery.requested`, 2 -> `delivery_requested_v2`: a name AsyncAPI accepts as a key."""
+    """`order.placed`, 2 -> `order_placed_v2`: a name AsyncAPI accepts as a key."""
     return "_".join(_KEY.sub("_", str(part)) for part in parts)
 
 

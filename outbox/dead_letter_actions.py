@@ -61,7 +61,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
                 "send_attempts": 0,
                 "resends": 0,
                 "recipients": [letter.subscriber],
-                "trace_context": envelope.trace_context(),  # the replay joins the delivery's trace
+                "trace_context": envelope.trace_context(),  # the replay joins its story's trace
             },
         )
         resolve_letter(letter, DeadLetter.Status.REPLAYED, by=by, note=note)

@@ -78,7 +78,7 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
 
 def _log_handled(subscriber: str, body: Any, event_type: str, outcome: str, seconds: float) -> None:
     """One line per message, as task queues log each task (Celery: received, succeeded in 0.01 s):
-    `grep <delivery id>` finds every handler a delivery went through, with its outcome and time."""
+    `grep <correlation id>` finds every handler a story went through, with its outcome and time."""
     level = logging.getLevelName(settings.OUTBOX_HANDLED_LOG_LEVEL)
     if not logger.isEnabledFor(level):
         return

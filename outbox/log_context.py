@@ -1,9 +1,9 @@
 """What every log line says about the message being handled, for structured (JSON) logs.
 
 A filter, so that any logger (the kernel's, a context's, a library's) gets the fields while a
-worker handles a message: `correlation_id` (the delivery), `message_id`, `subscriber`,
+worker handles a message: `correlation_id` (the story), `message_id`, `subscriber`,
 `event_type`, and `trace_id` whenever a span is current (web requests included). `grep` for a
-delivery id over the logs of every process then tells its whole story.
+correlation id over the logs of every process then tells its whole story.
 """
 
 import logging

@@ -93,7 +93,7 @@ class OutboxMessage(models.Model):
 
 
 class Stream(models.Model):
-    """The last sequence number handed out per aggregate stream (`drone:7`)."""
+    """The last sequence number handed out per aggregate stream (`order:7`)."""
 
     name = models.CharField(max_length=200, primary_key=True)
     last_sequence = models.PositiveBigIntegerField(default=0)

@@ -43,7 +43,7 @@ def publish(
 
     Inside a handler the new event inherits the handled message's correlation id, names it
     as its cause and is one hop further from the origin. A `correlation_id` given explicitly
-    wins: the handler is starting another story (a drone freed by one delivery takes the
+    wins: the handler is starting another story (a resource freed by one story taken by the
     next), which keeps the cause but counts its hops from 0 again, since a chain that crosses
     into a new story is work, not a loop. `available_at` delays relaying, which is how
     timeouts are scheduled.
@@ -75,7 +75,7 @@ def publish(
 
 def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
     """Take back the events of `stream` still scheduled for later (timers not yet due), in the
-    caller's transaction, with the change that makes them moot: a delivery that ended needs its
+    caller's transaction, with the change that makes them moot: an order that ended needs its
     deadline no more, and a timer left behind would fire for nothing and be listed as pending
     until then. Returns how many. A timer already due is left to the relay, which may be sending it:
     its handler must still find it moot, as it must for a timer that fired before the change.

@@ -85,7 +85,7 @@ def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
         (
             inbox,
             "id",
-            # A letter that may still be replayed needs the inbox row that turns a second delivery into a no-op.
+            # A letter that may still be replayed needs the inbox row that turns a second copy into a no-op.
             f"processed_at < %s AND NOT EXISTS (SELECT 1 FROM {letters} d WHERE d.subscriber = {inbox}.subscriber "
             f"AND d.message_id = {inbox}.message_id AND d.status IN ({replayable}))",
             [cutoff, *REPLAYABLE],

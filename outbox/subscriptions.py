@@ -88,8 +88,8 @@ _unprocessable_hooks: dict[str, Callable[[Envelope], None]] = {}
 def when_unprocessable(subscriber: str):
     """Register what `subscriber` does when one of its messages can never be processed (its
     payload unreadable, or a value in it that cannot be stored or read): the compensations that
-    keep the rest of the choreography from waiting forever on it, e.g. failing the delivery so
-    its drone is released. Called with the raw envelope, in the transaction that dead-letters it."""
+    keep the rest of the choreography from waiting forever on it, e.g. failing the order so
+    what it reserved is released. Called with the raw envelope, in the transaction that dead-letters it."""
 
     def register(hook):
         _unprocessable_hooks[subscriber] = hook

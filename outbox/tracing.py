@@ -1,4 +1,4 @@
-"""Distributed tracing with OpenTelemetry: one delivery, one trace tree.
+"""Distributed tracing with OpenTelemetry: one story, one trace tree.
 
 The kernel uses only the OpenTelemetry API, which does nothing until a process configures the
 SDK (delivery_project/tracing.py, from the standard OTEL_* variables). `publish()` is a span
@@ -39,7 +39,7 @@ def trace_context() -> dict[str, str]:
 
 @contextmanager
 def publishing(event_type: str, *, new_story: bool, attributes: dict) -> Iterator[Span | None]:
-    """The span of one publish. An event that starts another story (a drone freed by one delivery
+    """The span of one publish. An event that starts another story (a resource freed by one story
     takes the next) starts a trace of its own, linked to the span that caused it."""
     if not active():
         yield None

@@ -17,7 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("ids", nargs="*", type=int, help="Dead-letter ids (default: every match of the filters).")
         parser.add_argument("--subscriber", default="")
         parser.add_argument("--reason", default="")
-        parser.add_argument("--type", default="", help="Event type, e.g. delivery.requested.")
+        parser.add_argument("--type", default="", help="Event type, e.g. order.placed.")
         parser.add_argument("--all", action="store_true", help="list: include replayed and discarded ones.")
         parser.add_argument("--groups", action="store_true", help="list: count per subscriber, reason and type.")
         parser.add_argument("--note", default="", help="Why (required for discard).")
