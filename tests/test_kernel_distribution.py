@@ -1,0 +1,57 @@
+"""The kernel as a distribution of its own (kernel/): built from this repository, it holds the
+`outbox` package whole (models, migrations, templates, commands) and nothing of this project."""
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+from django.conf import settings
+
+from tests.outbox.test_kernel_is_generic import DOMAIN
+
+KERNEL = Path(settings.BASE_DIR) / "kernel"
+
+
+def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(tmp_path):
+    source = tmp_path / "kernel"  # a copy, the link to ../outbox followed, so the build leaves the checkout as it was
+    shutil.copytree(KERNEL, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp_path), str(source)],
+        check=True,
+        timeout=300,
+    )
+    project = tomllib.loads((KERNEL / "pyproject.toml").read_text())["project"]
+    (wheel,) = tmp_path.glob("*.whl")
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+
+    assert wheel.name.startswith(f"{project['name'].replace('-', '_')}-{project['version']}-")
+    assert {Path(name).parts[0] for name in names if ".dist-info" not in name} == {"outbox"}
+    assert {
+        "outbox/api.py",
+        "outbox/testing.py",
+        "outbox/migrations/0001_initial.py",
+        "outbox/templates/admin/outbox/overview.html",
+        "outbox/management/commands/relay_outbox.py",
+        "outbox/management/commands/export_asyncapi.py",
+    } <= set(names)
+    named = [
+        f"{name}: {line.strip()}"
+        for name in names
+        if name.endswith((".py", ".html", ".js", ".css"))
+        for line in archive.read(name).decode().splitlines()
+        if DOMAIN.search(line)
+    ]
+    assert named == []
+    metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    required = {
+        re.split(r"[\[<>=; ]", line.removeprefix("Requires-Dist: "))[0].lower()
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ")
+    }
+    assert required == {"django", "psycopg", "dramatiq", "pydantic", "prometheus-client", "opentelemetry-api"}
+    assert f"## {project['version']} " in (KERNEL / "CHANGELOG.md").read_text()  # each version says what changed
