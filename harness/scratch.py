@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from delivery_project import database_url
-from delivery_project.broker import amqp_parameters, broker_urls
+from outbox.brokers import amqp_parameters, broker_urls
 from outbox.subscriptions import routing_table
 
 

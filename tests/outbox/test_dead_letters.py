@@ -332,7 +332,7 @@ def test_a_message_that_is_not_dramatiqs_ends_as_an_unreadable_dead_letter_not_o
     import pika
     from dramatiq.common import xq_name
 
-    from delivery_project.broker import broker_urls
+    from outbox.brokers import broker_urls
     from outbox.subscriptions import queue_name
 
     settings.OUTBOX_SWEEP_INTERVAL_SECONDS = 0.2

@@ -7,8 +7,8 @@ from pathlib import Path
 from django.conf import settings
 
 KERNEL = Path(settings.BASE_DIR) / "outbox"
-# This project's domain, as words; a broker's "delivery tag" and "delivery mode" are messaging's own.
-DOMAIN = re.compile(r"\b(drones?|deliver(y|ies)|packages?|fleet)\b(?![ _](tags?|mode|info)\b)", re.IGNORECASE)
+# This project's domain, as words; a broker's delivery tag, mode and limit are messaging's own.
+DOMAIN = re.compile(r"\b(drones?|deliver(y|ies)|packages?|fleet)\b(?![ _-](tags?|mode|info|limit)\b)", re.IGNORECASE)
 
 
 def test_the_kernel_names_nothing_of_the_drone_delivery_domain():

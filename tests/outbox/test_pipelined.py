@@ -14,8 +14,8 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
-from delivery_project.broker import reconnected_if_lost
 from outbox import leases
+from outbox.brokers import reconnected_if_lost
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.publishers import Outcome, PipelinedPublisher
 from outbox.publishing import publish

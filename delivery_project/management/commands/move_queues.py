@@ -5,8 +5,8 @@ import dramatiq
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery_project.broker import QueueTypeRabbitmqBroker
 from delivery_project.queue_moves import QueueInUse, move_queues
+from outbox.brokers import QueueTypeRabbitmqBroker
 from outbox.subscriptions import queue_name, routing_table
 
 

