@@ -11,7 +11,8 @@ from deliveries.customers import create_customer
 from outbox.models import DeadLetter
 
 # What ships in the wheel: the deployable, the kernel and the contexts.
-PRODUCT_PACKAGES = frozenset({"delivery_project", "outbox", "packages", "drones", "deliveries", "notifications"})
+# What the project's wheel holds; the kernel (outbox) ships as a distribution of its own (kernel/).
+PRODUCT_PACKAGES = frozenset({"delivery_project", "packages", "drones", "deliveries", "notifications"})
 
 BASE = (47.6205, -122.3493)
 

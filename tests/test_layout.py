@@ -12,7 +12,7 @@ MAX_LINES = 450
 
 def test_no_product_module_is_over_the_bound():
     too_long = {}
-    for package in sorted(PRODUCT):
+    for package in sorted(PRODUCT | {"outbox"}):  # the kernel's modules too, though it ships apart
         for module in (Path(settings.BASE_DIR) / package).rglob("*.py"):
             if "migrations" in module.parts:
                 continue
