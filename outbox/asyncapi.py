@@ -29,12 +29,6 @@ def key(*parts: object) -> str:
     return "_".join(_KEY.sub("_", str(part)) for part in parts)
 
 
-def context_of(subscription: Subscription) -> str:
-    """A subscriber's context: the app its handler lives in (as Event.source() names a publisher)."""
-    parts = subscription.handler.__module__.split(".")
-    return parts[-2] if len(parts) > 1 else parts[0]
-
-
 def document(
     *,
     title: str,
@@ -89,7 +83,7 @@ def document(
             "x-context": publisher,
         }
         for subscription in sorted(routes.get(event_type, []), key=lambda s: s.subscriber):
-            if context_of(subscription) in leave_out:
+            if subscription.context in leave_out:
                 continue
             read = [v for v in versions if v in subscription.versions] or versions  # upcast to what it reads
             operations[key(subscription.subscriber, "receives", event_type)] = {
@@ -98,7 +92,7 @@ def document(
                 "title": f"{subscription.subscriber} handles {event_type}",
                 "summary": _first_line(subscription.handler.__doc__),
                 "messages": [{"$ref": f"#/channels/{channel_key}/messages/{key(event_type, f'v{v}')}"} for v in read],
-                "x-context": context_of(subscription),
+                "x-context": subscription.context,
                 "x-queue": subscription.subscriber,
                 "x-actor": actor_name(subscription.subscriber),
                 "x-handler": f"{subscription.handler.__module__}.{subscription.handler.__qualname__}",

@@ -47,12 +47,6 @@ class Graph:
     routes: tuple[Route, ...]  # by publisher, then type
 
 
-def _context_of(sub: Subscription) -> str:
-    """A subscriber's context: the app its handler lives in (as Event.source() names a publisher)."""
-    parts = sub.handler.__module__.split(".")
-    return parts[-2] if len(parts) > 1 else parts[0]
-
-
 def graph(
     routes: Mapping[str, list[Subscription]] | None = None,
     declared: Mapping[tuple[str, int], type[Event]] | None = None,
@@ -71,7 +65,7 @@ def graph(
     found = []
     for event_type in sorted(set(routes) | set(publishers)):
         publisher = "/".join(sorted(publishers.get(event_type, {"?"})))
-        subs = [s for s in routes.get(event_type, []) if _context_of(s) not in leave_out]
+        subs = [s for s in routes.get(event_type, []) if s.context not in leave_out]
         if publisher in leave_out or (not subs and event_type in routes):
             continue
         found.append(

@@ -44,6 +44,12 @@ class Subscription:
     def read(self, payload: dict) -> Any:
         return self.reader.model_validate(payload) if self.reader else payload
 
+    @property
+    def context(self) -> str:
+        """The subscriber's context: the app its handler lives in (as Event.source() names a publisher)."""
+        parts = self.handler.__module__.split(".")
+        return parts[-2] if len(parts) > 1 else parts[0]
+
 
 _subscriptions: dict[str, dict[str, Subscription]] = {}
 

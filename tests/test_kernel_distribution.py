@@ -16,16 +16,23 @@ from tests.outbox.test_kernel_is_generic import DOMAIN
 KERNEL = Path(settings.BASE_DIR) / "kernel"
 
 
-def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(tmp_path):
-    source = tmp_path / "kernel"  # a copy, the link to ../outbox followed, so the build leaves the checkout as it was
+def kernel_wheel(where: Path) -> Path:
+    """The kernel's wheel, built in `where` from a copy of kernel/ (the link to ../outbox followed),
+    so the build leaves the checkout as it was."""
+    source = where / "kernel"
     shutil.copytree(KERNEL, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp_path), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(where), str(source)],
         check=True,
         timeout=300,
     )
+    (wheel,) = where.glob("*.whl")
+    return wheel
+
+
+def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(tmp_path):
+    wheel = kernel_wheel(tmp_path)
     project = tomllib.loads((KERNEL / "pyproject.toml").read_text())["project"]
-    (wheel,) = tmp_path.glob("*.whl")
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
 

@@ -20,6 +20,7 @@ import pytest
 from django.conf import settings
 
 from tests.processes import embedded_redis_pid
+from tests.test_kernel_distribution import kernel_wheel
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("fresh-project")]
@@ -31,13 +32,7 @@ APPS = ROOT / "tests" / "fresh_project"
 def project(tmp_path_factory) -> Path:
     """The fresh project, with the kernel's wheel and its requirements in its own .venv."""
     where = tmp_path_factory.mktemp("fresh")
-    shutil.copytree(
-        ROOT / "kernel", where / "kernel", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-    )
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(where), str(where / "kernel")]
-    )
-    (wheel,) = where.glob("django_outbox_choreography-*.whl")
+    wheel = kernel_wheel(where)
     run([sys.executable, "-m", "venv", str(where / ".venv")])
     run([str(where / ".venv/bin/pip"), "install", "--quiet", "--disable-pip-version-check", str(wheel)], timeout=600)
     (where / "shop").mkdir()
