@@ -18,6 +18,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
+from outbox.brokers import reconnected_if_lost
 from outbox.dead_letters import Reason, record_dead_letter
 from outbox.subscriptions import queue_name, subscribers
 
@@ -34,6 +35,8 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
     """Move what waits in each subscriber's `.XQ` into the dead-letter store; how many it moved."""
     if not isinstance(broker, RabbitmqBroker):
         return 0
+    # This thread's connection sits idle a sweep interval between uses: opened again if it was lost.
+    reconnected_if_lost(broker)
     moved = 0
     for subscriber in sorted(subscribers()):
         queue = xq_name(queue_name(subscriber))
@@ -49,6 +52,9 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
             del broker.channel
             if error.reply_code != 404:
                 raise
+        except pika.exceptions.AMQPConnectionError:  # lost since: the next sweep opens another
+            del broker.connection
+            raise
     if moved:
         logger.warning("%d message(s) from the broker's dead-letter queues are now dead letters", moved)
     return moved
