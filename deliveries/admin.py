@@ -129,7 +129,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         def letter(pk: int) -> str:
             return reverse("admin:outbox_deadletter_change", args=[pk])
 
-        # Drawn by outbox.svg, which escapes every text it is given.
+        # Drawn by outbox.console.svg, which escapes every text it is given.
         return mark_safe(timeline_svg(delivery, dead_letter_link=letter))
 
     def event_timeline(self, delivery) -> str:

@@ -1,4 +1,4 @@
-"""A delivery's story as a sequence diagram (outbox.sequence_diagram), for operators and support.
+"""A delivery's story as a sequence diagram (outbox.console.sequence_diagram), for operators and support.
 
 Lanes for the customer (the API) and the four contexts, in the order a delivery goes through
 them; an uncaused event of the deliveries context is drawn as the customer's request.

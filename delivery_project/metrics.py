@@ -1,4 +1,4 @@
-"""`/metrics` for Prometheus: the kernel's counters (outbox/metrics.py) and the system's state,
+"""`/metrics` for Prometheus: the kernel's counters (outbox/observability/metrics.py) and the system's state,
 read from the database at most once every METRICS_STATE_CACHE_SECONDS per process: the gauges
 are aggregates over whole tables, and a scrape (or a flood of them) must not cost more than one.
 
@@ -18,9 +18,9 @@ from prometheus_client.core import GaugeMetricFamily
 
 from deliveries.models import Delivery
 from delivery_project.monitoring import monitoring_only
-from outbox import sweep
-from outbox.metrics import counters
 from outbox.models import DeadLetter, OutboxMessage
+from outbox.observability.metrics import counters
+from outbox.relaying import sweep
 
 
 def _age(since) -> float:

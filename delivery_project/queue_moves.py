@@ -16,7 +16,7 @@ import pika
 import pika.exceptions
 from dramatiq.common import dq_name, xq_name
 
-from outbox.brokers import QueueTypeRabbitmqBroker
+from outbox.core.brokers import QueueTypeRabbitmqBroker
 
 HOLDING_SUFFIX = ".moving"
 

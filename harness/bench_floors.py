@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from harness.bench import a_delivery_requested
-from outbox.publishing import numbered_insert, outbox_row
+from outbox.core.publishing import numbered_insert, outbox_row
 
 
 def bare_psycopg_publish(count: int, *, per_transaction: int = 500) -> float:

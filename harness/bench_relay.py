@@ -10,7 +10,7 @@ def relay_process(env: dict[str, str], ready, go, done) -> None:
 
     django.setup()
     from outbox.models import OutboxMessage
-    from outbox.relay import Relay
+    from outbox.relaying.relay import Relay
 
     relay = Relay()
     OutboxMessage.objects.exists()  # connect before the clock starts

@@ -10,7 +10,7 @@ from django.test.utils import override_settings
 
 from harness.bench import empty_the_outbox_and_queues, publish_events
 from outbox.models import InboxMessage, OutboxMessage
-from outbox.sweep import Sweeper, lag_seconds, sweep_unacknowledged
+from outbox.relaying.sweep import Sweeper, lag_seconds, sweep_unacknowledged
 
 
 def sweep_settling(events: int) -> float:

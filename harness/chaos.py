@@ -179,7 +179,7 @@ class System:
 def close_every_broker_connection(cluster=None, *, queue_prefix: str = "") -> int:
     """As RabbitMQ does when it drops every client: on every node of the rig's own cluster, or, on
     the configured broker, every connection of the deployment with `queue_prefix` (their name says
-    it: outbox.brokers.connection_name), so that nothing else on a shared broker (another
+    it: outbox.core.brokers.connection_name), so that nothing else on a shared broker (another
     test run, another deployment) is touched. How many it closed (on a cluster: nodes told to)."""
     if cluster is not None:
         for i in range(cluster.size):

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.testing import handled_by, recipients
 

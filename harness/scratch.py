@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from delivery_project import database_url
-from outbox.brokers import amqp_parameters, broker_urls
-from outbox.subscriptions import routing_table
+from outbox.core.brokers import amqp_parameters, broker_urls
+from outbox.core.subscriptions import routing_table
 
 
 @dataclass(frozen=True)

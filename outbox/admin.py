@@ -17,12 +17,12 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
-from outbox import choreography_map
-from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
-from outbox.heartbeats import silent, silent_since
+from outbox.console import choreography_map
+from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.console.timeline import correlation_timeline
+from outbox.core.subscriptions import actor_name, queue_name, routing_table
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, StreamCursor
-from outbox.subscriptions import actor_name, queue_name, routing_table
-from outbox.timeline import correlation_timeline
+from outbox.relaying.heartbeats import silent, silent_since
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -141,7 +141,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "title": "Messaging overview",
-            "choreography": mark_safe(  # drawn by outbox.svg, which escapes every text it is given
+            "choreography": mark_safe(  # drawn by outbox.console.svg, which escapes every text it is given
                 choreography_map.to_svg(
                     choreography_map.graph(),
                     counts=choreography_map.edge_counts(since=now - timedelta(hours=1)),

@@ -41,28 +41,28 @@ from typing import TYPE_CHECKING
 
 # name -> (module, attribute): the one list of what the kernel promises its contexts.
 SURFACE: dict[str, tuple[str, str]] = {
-    "publish": ("outbox.publishing", "publish"),
-    "atomic": ("outbox.publishing", "atomic"),
-    "withdraw_scheduled": ("outbox.publishing", "withdraw_scheduled"),
-    "PublishOutsideTransaction": ("outbox.publishing", "PublishOutsideTransaction"),
-    "EventTooLarge": ("outbox.publishing", "EventTooLarge"),
-    "Event": ("outbox.contracts", "Event"),
-    "Reader": ("outbox.contracts", "Reader"),
-    "upcaster": ("outbox.contracts", "upcaster"),
-    "subscribe": ("outbox.subscriptions", "subscribe"),
-    "when_unprocessable": ("outbox.subscriptions", "when_unprocessable"),
-    "Received": ("outbox.subscriptions", "Received"),
-    "Envelope": ("outbox.envelope", "Envelope"),
-    "Rejected": ("outbox.dead_letters", "Rejected"),
+    "publish": ("outbox.core.publishing", "publish"),
+    "atomic": ("outbox.core.publishing", "atomic"),
+    "withdraw_scheduled": ("outbox.core.publishing", "withdraw_scheduled"),
+    "PublishOutsideTransaction": ("outbox.core.publishing", "PublishOutsideTransaction"),
+    "EventTooLarge": ("outbox.core.publishing", "EventTooLarge"),
+    "Event": ("outbox.core.contracts", "Event"),
+    "Reader": ("outbox.core.contracts", "Reader"),
+    "upcaster": ("outbox.core.contracts", "upcaster"),
+    "subscribe": ("outbox.core.subscriptions", "subscribe"),
+    "when_unprocessable": ("outbox.core.subscriptions", "when_unprocessable"),
+    "Received": ("outbox.core.subscriptions", "Received"),
+    "Envelope": ("outbox.core.envelope", "Envelope"),
+    "Rejected": ("outbox.core.dead_letters", "Rejected"),
     "ReadOnlyAdmin": ("outbox.admin", "ReadOnlyAdmin"),
     "change_link": ("outbox.admin", "change_link"),
     "timeline_link": ("outbox.admin", "timeline_link"),
     "coordinates": ("outbox.admin", "coordinates"),
-    "correlation_timeline": ("outbox.timeline", "correlation_timeline"),
-    "sequence_diagram": ("outbox.sequence_diagram", "render"),
-    "whole_number": ("outbox.command_arguments", "whole_number"),
-    "number": ("outbox.command_arguments", "number"),
-    "duration_in_days": ("outbox.command_arguments", "duration_in_days"),
+    "correlation_timeline": ("outbox.console.timeline", "correlation_timeline"),
+    "sequence_diagram": ("outbox.console.sequence_diagram", "render"),
+    "whole_number": ("outbox.management.arguments", "whole_number"),
+    "number": ("outbox.management.arguments", "number"),
+    "duration_in_days": ("outbox.management.arguments", "duration_in_days"),
 }
 
 __all__ = [  # SURFACE's names, written out so that tools reading the source see them too
@@ -107,11 +107,11 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
     from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
-    from outbox.command_arguments import duration_in_days, number, whole_number
-    from outbox.contracts import Event, Reader, upcaster
-    from outbox.dead_letters import Rejected
-    from outbox.envelope import Envelope
-    from outbox.publishing import EventTooLarge, PublishOutsideTransaction, atomic, publish, withdraw_scheduled
-    from outbox.sequence_diagram import render as sequence_diagram
-    from outbox.subscriptions import Received, subscribe, when_unprocessable
-    from outbox.timeline import correlation_timeline
+    from outbox.console.sequence_diagram import render as sequence_diagram
+    from outbox.console.timeline import correlation_timeline
+    from outbox.core.contracts import Event, Reader, upcaster
+    from outbox.core.dead_letters import Rejected
+    from outbox.core.envelope import Envelope
+    from outbox.core.publishing import EventTooLarge, PublishOutsideTransaction, atomic, publish, withdraw_scheduled
+    from outbox.core.subscriptions import Received, subscribe, when_unprocessable
+    from outbox.management.arguments import duration_in_days, number, whole_number

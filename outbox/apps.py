@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 
-from outbox.conf import fill_in_defaults
+from outbox.core.conf import fill_in_defaults
 
 
 class OutboxConfig(AppConfig):
@@ -15,7 +15,7 @@ class OutboxConfig(AppConfig):
         fill_in_defaults()  # before any app's models, handlers or checks read one
 
     def ready(self):
-        from outbox import actors, limits, retention  # noqa: F401 (retention registers its check)
+        from outbox.handling import actors, limits  # noqa: F401 (retention registers its check)
 
         actors.autodiscover()
         limits.check_configuration()

@@ -40,7 +40,7 @@ class OutboxMessage(models.Model):
         blank=True,
         help_text="W3C traceparent and tracestate of the publishing span, when tracing.",
     )
-    # The redelivery sweep (outbox.sweep): when every recipient had acknowledged it, and, on a
+    # The redelivery sweep (outbox.relaying.sweep): when every recipient had acknowledged it, and, on a
     # copy for one subscriber, how many times the sweep sent it again.
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     resends = models.PositiveSmallIntegerField(default=0)

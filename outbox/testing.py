@@ -25,9 +25,9 @@ from uuid import UUID
 from django.db.models import Q
 from django.utils import timezone
 
-from outbox import subscriptions
-from outbox.dispatch import dispatch
-from outbox.envelope import Envelope
+from outbox.core import subscriptions
+from outbox.core.envelope import Envelope
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 

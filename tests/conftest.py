@@ -8,9 +8,9 @@ from django.db import connection
 
 from drones.services import seed_fleet
 from harness.choreography import Choreography
-from outbox.brokers import describe, reconnected_if_lost
-from outbox.relay import Relay
-from outbox.subscriptions import queue_name, routing_table
+from outbox.core.brokers import describe, reconnected_if_lost
+from outbox.core.subscriptions import queue_name, routing_table
+from outbox.relaying.relay import Relay
 from tests.factories import BASE, Customer
 from tests.processes import listen_url_env, test_database_url
 from tests.servers import NOT_GIVEN, SERVERS, skip_unless_given

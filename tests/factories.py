@@ -97,8 +97,8 @@ def dead_letter_then_replay(choreography, delivery_id: UUID) -> DeadLetter:
     """Take the delivery to its end with notifications failing `delivery.dispatched` (dead-lettered
     at once outside a worker), then replay the letter and process the replay: a delivery whose
     story holds a red copy and its replay. The letter, as it is after the replay."""
-    from outbox.dead_letter_actions import replay_dead_letter
-    from outbox.dispatch import dispatch
+    from outbox.console.dead_letter_actions import replay_dead_letter
+    from outbox.handling.dispatch import dispatch
     from outbox.testing import failing
 
     choreography.settle(delivery_id, hold=("delivery.dispatched",))

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Drone
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.console import act
 from tests.factories import Customer, a_dead_letter

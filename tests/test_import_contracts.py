@@ -11,15 +11,15 @@ from django.conf import settings
 BAD_IMPORTS = {
     # module that gains the import -> (the import, the contract it breaks)
     "drones/services.py": ("import deliveries.models", "Bounded contexts never import each other"),
-    "outbox/relay.py": ("import packages.models", "The outbox kernel knows no context"),
+    "outbox/relaying/relay.py": ("import packages.models", "The outbox kernel knows no context"),
     "notifications/services.py": (
         "import delivery_project.settings",
         "Contexts and the kernel never import the deployable that wires them",
     ),
-    "outbox/subscriptions.py": ("import outbox.dispatch", "The kernel is layered"),
+    "outbox/core/subscriptions.py": ("import outbox.handling.dispatch", "The kernel is layered"),
     "delivery_project/urls.py": ("import harness.chaos", "Nothing that ships imports the workshop"),
     "drones/fleet_check.py": ("import drones.scheduling", "fleet check is below the scheduler"),
-    "packages/services.py": ("import outbox.relay", "Contexts use the kernel through outbox.api only"),
+    "packages/services.py": ("import outbox.relaying.relay", "Contexts use the kernel through outbox.api only"),
 }
 
 

@@ -9,9 +9,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from drones.services import seed_fleet
-from outbox.dispatch import dispatch
+from outbox.core.publishing import publish
+from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
-from outbox.publishing import publish
 from outbox.testing import wait_until_processed
 from tests.factories import BASE, Customer
 from tests.waiting import wait_until
@@ -124,7 +124,7 @@ def test_a_relay_serves_its_counters_on_a_port_of_its_own():
     import socket
     import urllib.request
 
-    from outbox.metrics import RELAYED, serve_metrics
+    from outbox.observability.metrics import RELAYED, serve_metrics
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -1,0 +1,1 @@
+"""The commands (relay, sweep, retention, exports) and their arguments."""

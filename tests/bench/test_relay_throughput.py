@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from outbox.models import OutboxMessage
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.outbox.relaying import in_thread, publish_many
 
 pytestmark = pytest.mark.benchmark

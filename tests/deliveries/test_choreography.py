@@ -6,7 +6,7 @@ from uuid import UUID
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from notifications.models import Notification
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage, StreamCursor
 from packages.models import Package
 from tests.factories import arrived_after_the_deadline, delivery_request, requested
@@ -251,7 +251,7 @@ def test_the_timeline_keeps_each_cause_before_its_effects_when_a_hosts_clock_run
 
 
 def test_the_release_and_cancel_compensations_report_failure_as_compensation_failed():
-    from outbox.subscriptions import subscription
+    from outbox.core.subscriptions import subscription
 
     compensations = [
         ("drones", "delivery.failed"),
@@ -279,8 +279,8 @@ def test_a_compensation_runs_once_however_often_its_event_is_delivered(customer,
 
 
 def test_a_replayed_report_older_than_one_applied_is_dropped_and_its_letter_says_so(customer, fleet, choreography):
-    from outbox.dead_letter_actions import replay_dead_letter
-    from outbox.dead_letters import record_dead_letter
+    from outbox.console.dead_letter_actions import replay_dead_letter
+    from outbox.core.dead_letters import record_dead_letter
     from outbox.models import DeadLetter, OutboxMessage
 
     delivery_id = requested(customer)

@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from deliveries.events import DeliveryRequestedV1, Location, PackageInfo
 from drones.models import Assignment
-from outbox.dispatch import dispatch
+from outbox.core.publishing import publish
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
-from outbox.publishing import publish
 from packages.models import Package
 
 

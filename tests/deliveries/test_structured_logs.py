@@ -14,7 +14,7 @@ from django.conf import settings
 from django.test import Client
 from django.utils.module_loading import import_string
 
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
 from tests.factories import Customer, requested
 
@@ -58,7 +58,7 @@ def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_
         "drones",
         "delivery.requested",
     )
-    assert line["level"] == "INFO" and line["logger"] == "outbox.dispatch" and "time" in line
+    assert line["level"] == "INFO" and line["logger"] == "outbox.handling.dispatch" and "time" in line
 
 
 def test_the_web_says_which_delivery_it_accepted_so_a_grep_finds_the_request_too(customer, caplog):

@@ -2,7 +2,7 @@
 
 from django.test import Client
 
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
 from tests.factories import dead_letter_then_replay, requested
 

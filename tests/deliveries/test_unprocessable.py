@@ -5,10 +5,10 @@ the compensations release the drone and cancel the package instead of leaving th
 import pytest
 from django.db import connection
 
-import outbox.subscriptions
+import outbox.core.subscriptions
 from deliveries.models import Delivery
 from drones.models import Drone
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from packages.models import Package
 from tests.factories import requested
@@ -94,7 +94,7 @@ def test_a_compensation_that_fails_still_leaves_a_dead_letter_saying_so(customer
     def broken(envelope):
         raise RuntimeError("compensation broke")
 
-    monkeypatch.setitem(outbox.subscriptions._unprocessable_hooks, "deliveries", broken)
+    monkeypatch.setitem(outbox.core.subscriptions._unprocessable_hooks, "deliveries", broken)
     dispatch(subscriber="deliveries", body=envelope)
 
     letter = DeadLetter.objects.get(subscriber="deliveries")

@@ -5,7 +5,7 @@ from django.conf import settings
 from drones import services
 from drones.models import Drone, FleetCheck
 from harness.choreography import Choreography
-from outbox.dispatch import dispatch
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.factories import BASE
 

@@ -14,7 +14,7 @@ from drones.models import Assignment, Drone
 from drones.services import seed_fleet
 from notifications.models import Notification
 from outbox.models import DeadLetter, OutboxMessage
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.factories import BASE, Customer, delivery_request
 from tests.waiting import wait_until
 

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from delivery_project import database_url
-from outbox import wake_up
+from outbox.core import wake_up
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -126,7 +126,7 @@ def test_a_listen_through_pgbouncer_hears_nothing_and_the_relay_says_so(bouncer,
     }  # fmt: skip
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
     monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 1.0)
-    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    caplog.set_level(logging.WARNING, logger="outbox.core.wake_up")
     waiter = wake_up.ListenForNotify(threading.Event())
     try:
         wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=15, what="the warning")
@@ -144,7 +144,7 @@ SESSION_STATE = re.compile(  # SQL as the code writes it: capitals, a statement 
 def test_nothing_that_ships_keeps_state_in_a_database_session():
     """Through a transaction pooler the next transaction may run on another session: locks are
     transaction-scoped (`pg_advisory_xact_lock`), settings `SET LOCAL`, and the one LISTEN is the
-    relay's, on a connection of its own (outbox/wake_up.py)."""
+    relay's, on a connection of its own (outbox/core/wake_up.py)."""
     base = Path(settings.BASE_DIR)
     found, advisory = [], 0
     for source in (path for app in SHIPPED for path in (base / app).rglob("*.py") if "migrations" not in path.parts):

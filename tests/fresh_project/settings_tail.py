@@ -1,7 +1,7 @@
 # Appended to the settings `django-admin startproject` wrote: the kernel and the two apps.
 import os
 
-from outbox.brokers import dramatiq_broker_settings
+from outbox.core.brokers import dramatiq_broker_settings
 
 INSTALLED_APPS += ["django_dramatiq", "outbox", "orders", "billing"]  # noqa: F821
 DRAMATIQ_BROKER = dramatiq_broker_settings(os.environ["BROKER_URL"], queue_prefix=os.environ["OUTBOX_QUEUE_PREFIX"])

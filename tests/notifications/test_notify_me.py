@@ -8,8 +8,8 @@ import pytest
 from django.core import mail
 
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.dead_letter_actions import replay_dead_letter
-from outbox.dispatch import dispatch
+from outbox.console.dead_letter_actions import replay_dead_letter
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.factories import delivery_request
 

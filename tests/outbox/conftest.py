@@ -1,6 +1,6 @@
 import pytest
 
-from outbox.subscriptions import message_to
+from outbox.core.subscriptions import message_to
 
 
 @pytest.fixture

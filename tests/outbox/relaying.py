@@ -10,8 +10,8 @@ from django.db.models import Count
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
+from outbox.core.publishing import publish
 from outbox.models import OutboxMessage
-from outbox.publishing import publish
 from tests.probe.events import ProbePinged
 from tests.probe.models import Effect
 from tests.tcp_proxy import TcpProxy

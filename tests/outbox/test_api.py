@@ -39,4 +39,4 @@ def test_a_contexts_events_module_may_import_it_before_djangos_apps_are_ready():
     )
 
     assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stdout.strip() == "['outbox', 'outbox.api', 'outbox.contracts']"
+    assert loaded.stdout.strip() == "['outbox', 'outbox.api', 'outbox.core', 'outbox.core.contracts']"

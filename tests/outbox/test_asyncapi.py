@@ -12,9 +12,9 @@ import jsonschema_rs
 from django.conf import settings
 from django.core.management import call_command
 
-from outbox import asyncapi
-from outbox.contracts import contracts
-from outbox.subscriptions import routing_table
+from outbox.console import asyncapi
+from outbox.core.contracts import contracts
+from outbox.core.subscriptions import routing_table
 
 CHECKED_IN = Path(settings.BASE_DIR) / "docs" / "events" / "asyncapi.json"
 SPEC = Path(__file__).parent / "asyncapi" / "asyncapi-3.0.0.schema.json"

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from pydantic import BaseModel
 
-from outbox.catalog import checked_in, current_schemas, incompatibilities, render
+from outbox.core.catalog import checked_in, current_schemas, incompatibilities, render
 
 CATALOG = Path(settings.BASE_DIR) / "docs" / "events"
 

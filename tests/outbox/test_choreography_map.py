@@ -9,9 +9,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from outbox import choreography_map
-from outbox.choreography_map import MARKERS, graph, replace_block, to_dot, to_mermaid, to_svg
-from outbox.subscriptions import Subscription
+from outbox.console import choreography_map
+from outbox.console.choreography_map import MARKERS, graph, replace_block, to_dot, to_mermaid, to_svg
+from outbox.core.subscriptions import Subscription
 
 DOCS = Path(settings.BASE_DIR) / "docs"
 REDRAW = (

@@ -1,4 +1,4 @@
-"""A project sets only the kernel settings it changes (outbox.conf); the rest have their defaults."""
+"""A project sets only the kernel settings it changes (outbox.core.conf); the rest have their defaults."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 from django.conf import settings
 
-from outbox.conf import DEFAULTS
+from outbox.core.conf import DEFAULTS
 
 MINIMAL_SETTINGS = """
 SECRET_KEY = "not secret"
@@ -21,7 +21,7 @@ import django, json
 django.setup()
 from django.conf import settings
 from django.core.management import call_command
-from outbox.conf import DEFAULTS
+from outbox.core.conf import DEFAULTS
 call_command("check", fail_level="WARNING")
 call_command("migrate", verbosity=0)
 print(json.dumps({name: getattr(settings, name) for name in DEFAULTS}))
@@ -50,7 +50,7 @@ def test_a_project_that_sets_one_kernel_setting_gets_the_defaults_of_the_others(
 def test_the_defaults_are_what_this_deployable_runs_with_when_its_environment_says_nothing():
     """The deployable reads each from its environment with a default of its own: the same one."""
     environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(settings.BASE_DIR)}  # no OUTBOX_* variable
-    report = "import json, delivery_project.settings as s; from outbox.conf import DEFAULTS; "
+    report = "import json, delivery_project.settings as s; from outbox.core.conf import DEFAULTS; "
     report += "print(json.dumps({name: getattr(s, name) for name in DEFAULTS}))"
     ran = subprocess.run([sys.executable, "-c", report], env=environment, capture_output=True, text=True, timeout=60)
 

@@ -5,11 +5,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
-from outbox.dead_letters import record_dead_letter
-from outbox.dispatch import dispatch
+from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.core.dead_letters import record_dead_letter
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.factories import a_dead_letter
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping, request_undo
@@ -252,7 +252,7 @@ def test_a_dead_letter_that_cannot_be_written_is_retried_until_it_can_be(
 def test_a_handler_stopped_by_the_time_limit_is_dead_lettered_like_any_failure(worker, broker):
     from dramatiq.middleware import TimeLimit
 
-    from outbox.subscriptions import message_to
+    from outbox.core.subscriptions import message_to
     from tests.factories import envelope
 
     time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
@@ -311,7 +311,7 @@ def test_a_message_without_an_envelope_argument_is_a_dead_letter_at_once_not_dra
     TypeError into Dramatiq's own dead-letter queue, which the console never shows."""
     import dramatiq
 
-    from outbox.subscriptions import actor_name, queue_name
+    from outbox.core.subscriptions import actor_name, queue_name
 
     broker.enqueue(
         dramatiq.Message(
@@ -332,8 +332,8 @@ def test_a_message_that_is_not_dramatiqs_ends_as_an_unreadable_dead_letter_not_o
     import pika
     from dramatiq.common import xq_name
 
-    from outbox.brokers import broker_urls
-    from outbox.subscriptions import queue_name
+    from outbox.core.brokers import broker_urls
+    from outbox.core.subscriptions import queue_name
 
     settings.OUTBOX_SWEEP_INTERVAL_SECONDS = 0.2
     queue = queue_name("probe_a")

@@ -50,14 +50,14 @@ def test_an_unacceptable_message_is_dead_lettered_at_once(worker, deliver, broke
 
 
 def test_a_handler_that_swallows_its_services_error_is_retried_then_dead_lettered_not_acked(worker, deliver, broker):
-    # The service raised inside outbox.publishing.atomic, which joins the handler's transaction
+    # The service raised inside outbox.core.publishing.atomic, which joins the handler's transaction
     # without a savepoint: the transaction is marked for rollback, the handler returns anyway.
     body = envelope(payload={"n": 1, "fail": {"probe_a": "swallow"}})
     deliver("probe_a", body)
 
     letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="a dead letter")
     assert (letter.reason, letter.attempts) == ("handler_error", settings.OUTBOX_MAX_RETRIES + 1)
-    assert letter.exception_type == "outbox.dispatch.WorkRolledBack"
+    assert letter.exception_type == "outbox.handling.dispatch.WorkRolledBack"
     assert "went on after an error rolled its transaction back" in letter.error
     assert not InboxMessage.objects.filter(subscriber="probe_a").exists()  # nothing pretends it was processed
     assert not Ping.objects.filter(n=1).exists()  # the service's write stayed rolled back

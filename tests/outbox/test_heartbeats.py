@@ -62,7 +62,7 @@ def test_a_worker_heartbeat_gives_its_connection_back_between_beats(transactiona
 
     from django.db import connection
 
-    from outbox.heartbeats import WorkerHeartbeat
+    from outbox.relaying.heartbeats import WorkerHeartbeat
 
     class OneBeat(threading.Event):
         """The heartbeat's stop: it looks at the thread's connection between two beats, then stops it."""

@@ -8,9 +8,9 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from dramatiq.middleware import TimeLimit
 
-from outbox import limits
+from outbox.handling import limits
 from outbox.models import DeadLetter
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.probe import handlers
 from tests.probe.models import Effect
 from tests.probe.services import ping

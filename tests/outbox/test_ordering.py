@@ -5,8 +5,8 @@ import threading
 import pytest
 from django.db import connection, transaction
 
+from outbox.handling.ordering import Position, advance
 from outbox.models import StreamCursor
-from outbox.ordering import Position, advance
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -54,7 +54,7 @@ def waiting_on_a_lock() -> bool:
 def test_a_handler_of_a_stream_waits_for_the_cursor_another_has_read_until_that_one_commits(monkeypatch):
     """The interleaving that lets two handlers of one stream both advance without the cursor's lock,
     forced every time: #3 has read the cursor (at #1) and is paused in its transaction; #2 comes."""
-    from outbox import ordering
+    from outbox.handling import ordering
     from tests.waiting import wait_until
 
     StreamCursor.objects.create(subscriber="probe_a", stream="race:2", last_sequence=1)

@@ -7,7 +7,7 @@ from django.conf import settings
 
 from harness.chaos import close_every_broker_connection
 from outbox.models import OutboxMessage
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.outbox.relaying import effects_per_message, in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping

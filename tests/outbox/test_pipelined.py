@@ -14,13 +14,13 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
-from outbox import leases
-from outbox.brokers import reconnected_if_lost
+from outbox.core.brokers import reconnected_if_lost
+from outbox.core.publishing import publish
+from outbox.core.subscriptions import queue_name
 from outbox.models import DeadLetter, OutboxMessage
-from outbox.publishers import Outcome, PipelinedPublisher
-from outbox.publishing import publish
-from outbox.relay import BrokerUnavailable, Relay
-from outbox.subscriptions import queue_name
+from outbox.relaying import leases
+from outbox.relaying.publishers import Outcome, PipelinedPublisher
+from outbox.relaying.relay import BrokerUnavailable, Relay
 from tests.outbox.relaying import broker_behind, effects_per_message, in_thread, published_count
 from tests.probe.events import ProbeEchoed
 from tests.probe.models import Effect

@@ -4,9 +4,9 @@ import pytest
 from django.db import DataError, transaction
 from pydantic import ValidationError
 
-from outbox.envelope import Envelope
+from outbox.core.envelope import Envelope
+from outbox.core.publishing import EventTooLarge, PublishOutsideTransaction, handling, publish
 from outbox.models import OutboxMessage
-from outbox.publishing import EventTooLarge, PublishOutsideTransaction, handling, publish
 from tests.probe.events import ProbeEchoed, ProbePinged
 from tests.probe.models import Ping
 from tests.probe.services import Exploded, ping

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.outbox.relaying import broker_behind, effects_per_message, in_thread, publish_many, published_count
 from tests.probe.models import Effect
 from tests.probe.services import ping
@@ -138,7 +138,7 @@ def test_while_the_broker_is_down_requests_commit_and_the_relay_drains_once_it_r
     proxy.up()
     relay = Relay(broker=broker_behind(proxy))
     stop = threading.Event()
-    caplog.set_level(logging.WARNING, logger="outbox.relay")
+    caplog.set_level(logging.WARNING, logger="outbox.relaying.relay")
     running = in_thread(relay.run, stop=stop)
     try:
         ping(n=0)

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from outbox.models import OutboxMessage
-from outbox.relay import Relay
+from outbox.relaying.relay import Relay
 from tests.probe.events import ProbePinged
 from tests.probe.services import ping
 

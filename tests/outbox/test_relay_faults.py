@@ -12,12 +12,12 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from harness.scratch import connection_params
-from outbox import leases
-from outbox.dead_letter_actions import CannotResolve, replay_dead_letter
-from outbox.dead_letters import record_dead_letter
+from outbox.console.dead_letter_actions import CannotResolve, replay_dead_letter
+from outbox.core.dead_letters import record_dead_letter
+from outbox.core.subscriptions import queue_name
 from outbox.models import DeadLetter, OutboxMessage
-from outbox.relay import BrokerUnavailable, Relay
-from outbox.subscriptions import queue_name
+from outbox.relaying import leases
+from outbox.relaying.relay import BrokerUnavailable, Relay
 from tests.outbox.relaying import in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping
@@ -212,7 +212,7 @@ def test_a_row_leased_by_another_relay_is_not_due_until_its_lease_ends(transacti
 def test_who_receives_an_event_is_decided_when_it_is_published_not_by_the_relaying_code(
     broker, transactional_db, monkeypatch
 ):
-    from outbox import subscriptions
+    from outbox.core import subscriptions
 
     row = rows_of([ping(n=1)])[0]
     assert row.recipients == ["probe_a", "probe_b"]

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from outbox.core.retention import prune, retention_outlives_redelivery
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
-from outbox.retention import prune, retention_outlives_redelivery
 from tests.probe.services import ping
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,7 +5,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from xml.etree import ElementTree
 
-from outbox.sequence_diagram import causal_order, offset, render
+from outbox.console.sequence_diagram import causal_order, offset, render
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SVG = "{http://www.w3.org/2000/svg}"
@@ -13,7 +13,7 @@ LANES = ("customer (API)", "deliveries", "packages", "drones", "notifications")
 
 
 def event(type, publisher, subscribers, *, at=0.0, cause=None, scheduled=False, **copies):
-    """A timeline entry as outbox.timeline writes it; `copies` overrides a subscriber's handling."""
+    """A timeline entry as outbox.console.timeline writes it; `copies` overrides a subscriber's handling."""
     return {
         "type": type,
         "message_id": uuid.uuid4(),

@@ -12,14 +12,14 @@ from django.db import connection
 from django.utils import timezone
 
 from harness.bench_sweep import relayed_and_acknowledged
-from outbox.dead_letter_actions import replay_dead_letter
-from outbox.dead_letters import record_dead_letter
-from outbox.dispatch import dispatch
+from outbox.console.dead_letter_actions import replay_dead_letter
+from outbox.core.dead_letters import record_dead_letter
+from outbox.core.subscriptions import queue_name
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.publishers import Outcome, PipelinedPublisher
-from outbox.relay import Relay
-from outbox.subscriptions import queue_name
-from outbox.sweep import Sweeper, lag_seconds, sweep_unacknowledged
+from outbox.relaying.publishers import Outcome, PipelinedPublisher
+from outbox.relaying.relay import Relay
+from outbox.relaying.sweep import Sweeper, lag_seconds, sweep_unacknowledged
 from tests.outbox.relaying import in_thread
 from tests.probe.models import Effect
 from tests.probe.services import ping

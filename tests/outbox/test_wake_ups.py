@@ -10,7 +10,7 @@ from django.db import connection
 from prometheus_client import REGISTRY
 
 from harness.scratch import connection_params
-from outbox import wake_up
+from outbox.core import wake_up
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -40,7 +40,7 @@ def test_a_listen_that_hears_no_notify_is_reported_and_recovers(settings, monkey
     settings.OUTBOX_LISTEN_CONNECTION = _listen_params(dbname="postgres", application_name="deaf-listen")
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
     monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 0.5)
-    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    caplog.set_level(logging.WARNING, logger="outbox.core.wake_up")
     waiter = wake_up.ListenForNotify(threading.Event())
     try:
         assert _listening("deaf-listen") == [f"LISTEN {wake_up.NOTIFY_CHANNEL}"]  # its own connection
@@ -59,7 +59,7 @@ def test_a_listen_that_hears_no_notify_is_reported_and_recovers(settings, monkey
 def test_a_listen_that_hears_says_nothing_and_still_wakes_on_each_row(settings, caplog):
     settings.OUTBOX_LISTEN_CONNECTION = _listen_params(application_name="good-listen")
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.1
-    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    caplog.set_level(logging.WARNING, logger="outbox.core.wake_up")
     wake_up.NOTIFY_UNHEARD.set(0)  # the gauge is the process's: a deaf relay of an earlier test may have set it
     waiter = wake_up.ListenForNotify(threading.Event())
     try:
@@ -85,7 +85,7 @@ def test_a_relay_started_while_the_database_is_away_listens_once_it_answers(sett
         away = probe.getsockname()[1]
     good = _listen_params(application_name="late-listen")
     settings.OUTBOX_LISTEN_CONNECTION = {**good, "host": "127.0.0.1", "port": away}
-    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    caplog.set_level(logging.WARNING, logger="outbox.core.wake_up")
     waiter = wake_up.waiter(threading.Event())
     try:
         assert isinstance(waiter, wake_up.ListenForNotify), "it gave up listening for good"
@@ -105,7 +105,7 @@ def test_an_unheard_probe_listens_again_on_a_new_connection_by_itself(settings, 
     settings.OUTBOX_LISTEN_CONNECTION = {**good, "dbname": "postgres"}  # deaf: another database's NOTIFYs
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5
     monkeypatch.setattr(wake_up.ListenForNotify, "PROBE_DEADLINE_SECONDS", 0.5)
-    caplog.set_level(logging.WARNING, logger="outbox.wake_up")
+    caplog.set_level(logging.WARNING, logger="outbox.core.wake_up")
     waiter = wake_up.ListenForNotify(threading.Event())
     try:
         wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=10, what="the warning")

@@ -1,4 +1,4 @@
-from outbox.contracts import Event
+from outbox.core.contracts import Event
 
 
 class ProbePinged(Event):

@@ -2,9 +2,9 @@ import threading
 
 from dramatiq.middleware import CurrentMessage
 
-from outbox.contracts import Reader
-from outbox.dead_letters import Rejected
-from outbox.subscriptions import Received, subscribe
+from outbox.core.contracts import Reader
+from outbox.core.dead_letters import Rejected
+from outbox.core.subscriptions import Received, subscribe
 from tests.probe.models import Outage
 from tests.probe.services import Exploded, record_effect, refuse_inside_a_service
 

@@ -2,8 +2,8 @@ from uuid import UUID
 
 from django.db import transaction
 
-from outbox.publishing import atomic as outbox_atomic
-from outbox.publishing import publish
+from outbox.core.publishing import atomic as outbox_atomic
+from outbox.core.publishing import publish
 from tests.probe.events import ProbeEchoed, ProbePinged, ProbeUndoRequested
 from tests.probe.models import Effect, Ping
 
@@ -40,7 +40,7 @@ def record_effect(*, subscriber: str, message_id: UUID, type: str, n: int, echo:
 
 
 def refuse_inside_a_service(*, n: int) -> None:
-    """A service whose refusal comes after a write, inside `outbox.publishing.atomic`."""
+    """A service whose refusal comes after a write, inside `outbox.core.publishing.atomic`."""
     with outbox_atomic():
         Ping.objects.create(n=n)
         raise Exploded("the service refused")

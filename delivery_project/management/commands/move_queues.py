@@ -6,8 +6,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from delivery_project.queue_moves import QueueInUse, move_queues
-from outbox.brokers import QueueTypeRabbitmqBroker
-from outbox.subscriptions import queue_name, routing_table
+from outbox.core.brokers import QueueTypeRabbitmqBroker
+from outbox.core.subscriptions import queue_name, routing_table
 
 
 class Command(BaseCommand):

@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
-from outbox.brokers import describe
-from outbox.command_arguments import port, whole_number
+from outbox.core.brokers import describe
+from outbox.management.arguments import port, whole_number
 
 
 def listening_address(text: str) -> str:

@@ -13,7 +13,7 @@ import sys
 from django.core.management.base import OutputWrapper
 from django_dramatiq.management.commands import rundramatiq
 
-from outbox.command_arguments import whole_number
+from outbox.management.arguments import whole_number
 
 logger = logging.getLogger("delivery_project.workers")
 LAUNCHER = "drone-delivery-workers"  # [project.scripts] in pyproject.toml

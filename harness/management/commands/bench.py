@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from drones.services import seed_fleet
 from harness import bench, bench_floors, bench_processes, bench_sweep, statement_counts
 from harness.scratch import scratch_run
-from outbox.command_arguments import comma_separated, number, whole_number
+from outbox.management.arguments import comma_separated, number, whole_number
 
 # The sweep at load: events a second (five times the system's end-to-end rate), behind a backlog.
 SWEEP_LOAD, SWEEP_BACKLOG = 1_000, 20_000

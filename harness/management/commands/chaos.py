@@ -36,7 +36,7 @@ from harness.postgres_servers import PostgresPrimaryWithReplica
 from harness.rabbitmq_cluster import RabbitmqCluster
 from harness.scratch import scratch_run
 from harness.simulation import Api, random_request, stamped
-from outbox.command_arguments import number, port, whole_number
+from outbox.management.arguments import number, port, whole_number
 
 BASE = (47.6205, -122.3493)
 

@@ -23,8 +23,8 @@ from deliveries.customers import create_customer
 from drones.models import Drone
 from drones.services import seed_fleet
 from harness import simulation
-from outbox.command_arguments import number, whole_number
-from outbox.relay import Relay
+from outbox.management.arguments import number, whole_number
+from outbox.relaying.relay import Relay
 
 
 def base_url(text: str) -> str:

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
-from outbox.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.models import DeadLetter
 
 

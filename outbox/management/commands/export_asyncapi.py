@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from outbox import asyncapi
+from outbox.console import asyncapi
 
 
 class Command(BaseCommand):

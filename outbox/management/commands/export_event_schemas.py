@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from outbox.catalog import checked_in, current_schemas, incompatibilities, render
+from outbox.core.catalog import checked_in, current_schemas, incompatibilities, render
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from outbox.command_arguments import duration_in_days, whole_number
-from outbox.retention import Pruned, prune
+from outbox.core.retention import Pruned, prune
+from outbox.management.arguments import duration_in_days, whole_number
 
 
 class Command(BaseCommand):

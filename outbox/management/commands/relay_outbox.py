@@ -9,12 +9,12 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Min
 
-from outbox.command_arguments import number, port, whole_number
-from outbox.metrics import serve_metrics
+from outbox.management.arguments import number, port, whole_number
 from outbox.models import OutboxMessage
-from outbox.relay import BrokerUnavailable, Relay
+from outbox.observability.metrics import serve_metrics
+from outbox.relaying.relay import BrokerUnavailable, Relay
 
-logger = logging.getLogger("outbox.relay")
+logger = logging.getLogger("outbox.relaying.relay")
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from outbox import choreography_map
-from outbox.subscriptions import actor_name, queue_name, routing_table
+from outbox.console import choreography_map
+from outbox.core.subscriptions import actor_name, queue_name, routing_table
 
 FORMATS = ("text", "svg", "dot", "mermaid")
 

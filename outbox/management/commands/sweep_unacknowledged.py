@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from outbox.command_arguments import whole_number
-from outbox.sweep import sweep_unacknowledged
+from outbox.management.arguments import whole_number
+from outbox.relaying.sweep import sweep_unacknowledged
 
 
 class Command(BaseCommand):

@@ -17,7 +17,7 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from outbox.metrics import NOTIFY_UNHEARD
+from outbox.observability.metrics import NOTIFY_UNHEARD
 
 logger = logging.getLogger(__name__)
 

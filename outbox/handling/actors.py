@@ -1,16 +1,16 @@
 """Start-up wiring: find every app's contracts and handlers, then bind one actor per subscriber.
 
-The registry (`outbox.subscriptions`) knows who subscribes to what; this module turns it into
+The registry (`outbox.core.subscriptions`) knows who subscribes to what; this module turns it into
 Dramatiq actors that call the dispatcher, once, from `OutboxConfig.ready()`. It is the only
-module of the kernel that imports both the registry and `outbox.dispatch`.
+module of the kernel that imports both the registry and `outbox.handling.dispatch`.
 """
 
 import dramatiq
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
-from outbox.dispatch import dispatch
-from outbox.subscriptions import actor_name, queue_name, subscribers
+from outbox.core.subscriptions import actor_name, queue_name, subscribers
+from outbox.handling.dispatch import dispatch
 
 
 def autodiscover() -> None:

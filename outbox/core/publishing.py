@@ -13,11 +13,12 @@ from django.db import connections, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 
-from outbox import tracing, wake_up
-from outbox.contracts import Event
-from outbox.envelope import Envelope
+from outbox.core import wake_up
+from outbox.core.contracts import Event
+from outbox.core.envelope import Envelope
+from outbox.core.subscriptions import subscribers_of
 from outbox.models import OutboxMessage, Stream
-from outbox.subscriptions import subscribers_of
+from outbox.observability import tracing
 
 _handling: ContextVar[Envelope | None] = ContextVar("outbox_handling", default=None)
 
@@ -187,7 +188,7 @@ def _next_sequence(stream: str, *, using: str) -> int:
 
 
 def _nudge_the_relay_on_commit(using: str) -> None:
-    """Once per transaction: wake a sleeping relay when it commits (see outbox.wake_up)."""
+    """Once per transaction: wake a sleeping relay when it commits (see outbox.core.wake_up)."""
     pending = connections[using].run_on_commit
     if not any(callback is wake_up.nudge for _, callback, _ in pending):
         transaction.on_commit(wake_up.nudge, using=using)

@@ -24,7 +24,7 @@ from django.core import checks
 from django.db import connection, transaction
 from django.utils import timezone
 
-from outbox.dead_letters import REPLAYABLE
+from outbox.core.dead_letters import REPLAYABLE
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
 
 # A heartbeat not renewed for this long is a process that was killed: it leaves the overview.

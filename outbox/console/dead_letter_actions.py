@@ -7,10 +7,10 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
-from outbox.dead_letters import resolve_letter
-from outbox.envelope import Envelope
+from outbox.core.dead_letters import resolve_letter
+from outbox.core.envelope import Envelope
+from outbox.core.subscriptions import subscription
 from outbox.models import DeadLetter, OutboxMessage
-from outbox.subscriptions import subscription
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 
 from opentelemetry import trace
 
-from outbox.envelope import Envelope
+from outbox.core.envelope import Envelope
 
 _message: ContextVar[tuple[str, Envelope] | None] = ContextVar("outbox_log_message", default=None)
 

@@ -3,7 +3,7 @@
 Every subscriber gets its own Dramatiq queue and actor, so one slow or failing subscriber
 never holds up another. The relay sends one copy of an event to each subscriber's queue.
 This module only records and answers; finding the handlers and binding the actors is
-`outbox.actors`, run once from `OutboxConfig.ready()` (as Django's admin keeps its registry,
+`outbox.handling.actors`, run once from `OutboxConfig.ready()` (as Django's admin keeps its registry,
 `sites.py`, apart from `autodiscover()` and `AdminConfig.ready()`). So publishing, the relay and
 the dead-letter store read the registry without importing the dispatcher.
 """
@@ -17,7 +17,7 @@ import dramatiq
 from django.conf import settings
 from pydantic import BaseModel
 
-from outbox.envelope import Envelope
+from outbox.core.envelope import Envelope
 
 P = TypeVar("P")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -70,7 +70,7 @@ def subscribe(
     (older ones are upcast to them first). A `compensation` that keeps failing is
     dead-lettered as `compensation_failed`, so operators see undone work apart from the rest.
     An `ordered` handler never sees an event older than one of its stream it already handled
-    (see `outbox.ordering`).
+    (see `outbox.handling.ordering`).
     """
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")

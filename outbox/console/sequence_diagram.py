@@ -1,4 +1,4 @@
-"""One business transaction as a sequence diagram: its timeline (outbox.timeline) drawn as SVG.
+"""One business transaction as a sequence diagram: its timeline (outbox.console.timeline) drawn as SVG.
 
 One lane per party, one row per event: an arrow from its publisher to each subscriber, drawn
 as that subscriber's copy went (processed, pending, dead-lettered with a cross). A timer a
@@ -13,7 +13,7 @@ set), then moved after its cause should a clock between hosts have put it before
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from outbox import svg
+from outbox.console import svg
 
 LANE, ROW, TOP, GUTTER = 170.0, 24.0, 56.0, 104.0
 Link = Callable[[int], str]  # a dead letter's id -> its page

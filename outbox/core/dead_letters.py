@@ -1,7 +1,7 @@
 """Reason codes and the dead-letter store: failure kept as data, never dropped.
 
 The store is what dispatch, the relay and the sweep write to. What operators do with a letter
-(replay, discard) is `outbox.dead_letter_actions`, above the registry and the outbox."""
+(replay, discard) is `outbox.console.dead_letter_actions`, above the registry and the outbox."""
 
 import logging
 import traceback as tb
@@ -14,7 +14,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from outbox.envelope import Envelope
+from outbox.core.envelope import Envelope
 from outbox.models import DeadLetter
 
 logger = logging.getLogger(__name__)

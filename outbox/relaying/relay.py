@@ -11,7 +11,7 @@ Any error backs off and is retried; rows the broker confirmed are always marked 
 that alone keeps failing to send (a poison row) is held for 2, 4, 8... seconds while the rows
 behind it flow, and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter
 (`unsendable`) for each subscriber it had not reached. A copy returned unroutable is its queue's
-outage, not the row's fault: see outbox.queue_outages.
+outage, not the row's fault: see outbox.relaying.queue_outages.
 """
 
 import logging
@@ -32,15 +32,17 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
-from outbox import heartbeats, leases, tracing, wake_up
-from outbox.broker_letters import collect_broker_dead_letters
-from outbox.dead_letters import Reason, record_dead_letter
-from outbox.metrics import RELAYED, SEND_FAILURES
+from outbox.core import wake_up
+from outbox.core.dead_letters import Reason, record_dead_letter
+from outbox.core.subscriptions import message_to, queue_name, subscribers_of
 from outbox.models import OutboxMessage
-from outbox.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
-from outbox.queue_outages import QueueOutages, QueueUnavailable, Reached
-from outbox.subscriptions import message_to, queue_name, subscribers_of
-from outbox.sweep import Sweeper
+from outbox.observability import tracing
+from outbox.observability.metrics import RELAYED, SEND_FAILURES
+from outbox.relaying import heartbeats, leases
+from outbox.relaying.broker_letters import collect_broker_dead_letters
+from outbox.relaying.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
+from outbox.relaying.queue_outages import QueueOutages, QueueUnavailable, Reached
+from outbox.relaying.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +92,7 @@ class Relay:
         self.next_beat = 0.0  # monotonic time of the next heartbeat
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
         self.queues_down = QueueOutages()  # queues that return this relay's copies as unroutable
-        self.reached = Reached()  # row id -> subscribers whose copy the broker took (outbox.queue_outages)
+        self.reached = Reached()  # row id -> subscribers whose copy the broker took (outbox.relaying.queue_outages)
         self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
         if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
             self.publisher = PipelinedPublisher(self.broker)
@@ -273,7 +275,7 @@ class Relay:
 
     def _wait_for_queues(self, waiting: list[tuple[OutboxMessage, set[str]]]) -> None:
         """Rows with a copy returned unroutable wait for its queue, uncounted (see
-        outbox.queue_outages), and the queue is declared again, in case it was deleted; the copies
+        outbox.relaying.queue_outages), and the queue is declared again, in case it was deleted; the copies
         of a queue down past OUTBOX_RELAY_QUEUE_WAIT_SECONDS are set aside instead."""
         if not waiting:
             return

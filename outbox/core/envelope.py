@@ -23,7 +23,7 @@ class Envelope(BaseModel):
     sequence: int = Field(ge=1)
     hops: int = Field(ge=0)
     payload: dict[str, Any]
-    # W3C trace context of the span that published it (outbox.tracing), when tracing is on. A value
+    # W3C trace context of the span that published it (outbox.observability.tracing), when tracing is on. A value
     # that does not fit is dropped, never a reason to refuse the message: it is only for tracing.
     traceparent: str | None = None
     tracestate: str | None = None

@@ -28,10 +28,10 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from outbox.dead_letters import Reason, record_dead_letter
-from outbox.metrics import SWEPT
+from outbox.core.dead_letters import Reason, record_dead_letter
+from outbox.core.subscriptions import subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.subscriptions import subscribers_of
+from outbox.observability.metrics import SWEPT
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import time
 
 from django.conf import settings
 
-from outbox.metrics import QUEUE_UNAVAILABLE
+from outbox.observability.metrics import QUEUE_UNAVAILABLE
 
-logger = logging.getLogger("outbox.relay")
+logger = logging.getLogger("outbox.relaying.relay")
 
 # A row whose queue is down waits this long before it is sent again, doubling up to the maximum.
 QUEUE_RETRY_SECONDS, QUEUE_RETRY_MAX_SECONDS = 0.5, 5.0

@@ -4,8 +4,8 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from outbox.core.subscriptions import subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.subscriptions import subscribers_of
 
 
 def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> list[dict]:

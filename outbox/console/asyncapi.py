@@ -16,9 +16,9 @@ import json
 import re
 from collections.abc import Mapping
 
-from outbox.contracts import Event, contracts
-from outbox.envelope import Envelope
-from outbox.subscriptions import Subscription, actor_name, routing_table
+from outbox.core.contracts import Event, contracts
+from outbox.core.envelope import Envelope
+from outbox.core.subscriptions import Subscription, actor_name, routing_table
 
 ASYNCAPI_VERSION = "3.0.0"
 _KEY = re.compile(r"[^A-Za-z0-9_\-]")  # AsyncAPI's keys for channels, messages and operations
@@ -107,7 +107,7 @@ def document(
             "version": version,
             "description": (
                 "Every event the contexts publish through the transactional outbox, and who handles it. "
-                "Generated from the code (outbox.asyncapi); each message is the envelope around one "
+                "Generated from the code (outbox.console.asyncapi); each message is the envelope around one "
                 "version of its event's contract."
             ),
         },

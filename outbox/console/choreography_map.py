@@ -13,10 +13,10 @@ from datetime import datetime
 
 from django.db.models import Count
 
-from outbox import svg
-from outbox.contracts import Event, contracts
+from outbox.console import svg
+from outbox.core.contracts import Event, contracts
+from outbox.core.subscriptions import Subscription, routing_table
 from outbox.models import DeadLetter, InboxMessage
-from outbox.subscriptions import Subscription, routing_table
 
 LANE, ROW, TOP, LEFT = 200.0, 30.0, 64.0, 24.0
 MARKERS = ("<!-- show_routes --format mermaid -->", "<!-- /show_routes -->")
@@ -181,9 +181,9 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def replace_block(markdown: str, mermaid: str) -> str:
-    """`markdown` with the Mermaid block between MARKERS replaced by `mermaid`."""
-    start, end = MARKERS
+def replace_block(markdown: str, mermaid: str, markers: tuple[str, str] = MARKERS) -> str:
+    """`markdown` with the Mermaid block between `markers` replaced by `mermaid`."""
+    start, end = markers
     if start not in markdown or end not in markdown:
         raise ValueError(f"no {start} ... {end} block to replace")
     head, rest = markdown.split(start, 1)
