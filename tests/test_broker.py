@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pika
 import pytest
@@ -247,3 +248,32 @@ def test_processes_that_open_one_embedded_broker_at_once_share_one_server(tmp_pa
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
     assert len(sockets) == 1 and "" not in sockets, sockets
+
+
+@rabbitmq_only
+@pytest.mark.integration
+def test_a_connection_another_call_found_lost_is_opened_again():
+    """A test's broker, or the relay's sweeper, met the lost stream in some other call first
+    (a queue_declare raising StreamLostError); the next reconnected_if_lost raised pika's
+    `ValueError: Timeout closed before call` from the closed connection, and every test after
+    it on that process failed in its fixtures."""
+    from tests.outbox.relaying import broker_behind
+    from tests.tcp_proxy import TcpProxy
+
+    proxy = TcpProxy("127.0.0.1", urlsplit(broker_urls(settings.BROKER_URL)[0]).port or 5672)
+    proxy.up()
+    broker = broker_behind(proxy)
+    queue = f"{settings.OUTBOX_QUEUE_PREFIX}lost-{uuid.uuid4().hex[:8]}"
+    try:
+        broker.channel.queue_declare(queue, auto_delete=True)
+        proxy.down()
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            broker.channel.queue_declare(queue, auto_delete=True)
+        proxy.up()
+
+        reconnected_if_lost(broker).channel.queue_declare(queue, auto_delete=True)
+
+        assert broker.connection.is_open
+    finally:
+        broker.close()
+        proxy.down()

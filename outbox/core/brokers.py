@@ -160,11 +160,16 @@ def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
     calls), or closed by an operator. Dramatiq's own `enqueue` retries by itself; direct uses
     of `broker.channel` (declaring, purging, deleting queues) do not."""
     connection = getattr(broker, "connection", None) if isinstance(broker, RabbitmqBroker) else None
-    if connection is not None:
+    if connection is None:
+        return broker
+    if connection.is_open:
         try:
             connection.process_data_events(time_limit=0)
-        except pika.exceptions.AMQPError:
-            del broker.connection
+            return broker
+        except (pika.exceptions.AMQPError, ValueError):
+            pass  # ValueError: pika's timers went with the stream ("Timeout closed before call")
+    # Lost before this call (another use met the error and left the connection closed) or now.
+    del broker.connection
     return broker
 
 
