@@ -143,6 +143,7 @@ CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
 # another) and no prepared statements (PgBouncer before 1.21 cannot carry them across). The
 # relay's LISTEN needs a session: give it OUTBOX_LISTEN_DATABASE_URL, a direct URL.
 DATABASE_TRANSACTION_POOLER = _flag("DATABASE_TRANSACTION_POOLER", False)
+DATABASE_SERVER_SIDE_BINDING = _flag("DATABASE_SERVER_SIDE_BINDING", True)
 DATABASES = {"default": database_url.parse(DATABASE_URL)}
 DATABASES["default"].update(CONN_MAX_AGE=CONN_MAX_AGE, CONN_HEALTH_CHECKS=True)
 if DATABASES["default"]["ENGINE"] == database_url.POSTGRESQL:
@@ -150,9 +151,19 @@ if DATABASES["default"]["ENGINE"] == database_url.POSTGRESQL:
     DATABASES["default"]["OPTIONS"].setdefault("application_name", " ".join(Path(a).name for a in sys.argv[:2])[:63])
     # libpq waits for ever on a host that drops packets; tried in turn, a dead host of several costs this.
     DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", "5")
-    # Only the statements that ask for it are prepared (publish()'s insert, `prepare=True`): psycopg
-    # counts executions up to the threshold, so one this high prepares nothing on its own.
-    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None if DATABASE_TRANSACTION_POOLER else 2**31 - 1
+    # Parameters are bound on the server, and a statement a connection has run 5 times is
+    # prepared (psycopg's default threshold): PostgreSQL then parses and plans each of the
+    # handlers' few dozen statements once per connection, not on every run, and Python no longer
+    # quotes every value into the SQL text (docs/performance.md: PostgreSQL's CPU per delivery
+    # fell by about a fifth). DATABASE_SERVER_SIDE_BINDING=0 goes back to Django's default,
+    # client-side binding, where only publish()'s insert is prepared (`prepare=True`; psycopg
+    # counts executions up to the threshold, so one this high prepares nothing on its own).
+    # Through a transaction pooler nothing is prepared (below).
+    server_side_binding = DATABASE_SERVER_SIDE_BINDING and not DATABASE_TRANSACTION_POOLER
+    DATABASES["default"]["OPTIONS"]["server_side_binding"] = server_side_binding
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = (
+        None if DATABASE_TRANSACTION_POOLER else 5 if server_side_binding else 2**31 - 1
+    )
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_TRANSACTION_POOLER
     if DATABASE_TRANSACTION_POOLER and "options" in DATABASES["default"]["OPTIONS"]:
         # A startup parameter: PgBouncer refuses it or drops it, and its session is not ours anyway.

@@ -152,7 +152,12 @@ _SETTINGS = """
 import json
 from django.conf import settings
 db = settings.DATABASES["default"]
-print(json.dumps({"cursors_off": db["DISABLE_SERVER_SIDE_CURSORS"], "prepare": db["OPTIONS"]["prepare_threshold"]}))
+options = db["OPTIONS"]
+print(json.dumps({
+    "cursors_off": db["DISABLE_SERVER_SIDE_CURSORS"],
+    "prepare": options["prepare_threshold"],
+    "server_binding": options["server_side_binding"],
+}))
 """
 
 
@@ -168,8 +173,10 @@ def test_behind_a_transaction_pooler_nothing_lives_in_a_session():
     url = "postgres://app@pgbouncer.internal:6432/deliveries"
     direct = json.loads(_settings_with(DATABASE_URL=url).stdout)
     pooled = json.loads(_settings_with(DATABASE_URL=url, DATABASE_TRANSACTION_POOLER="1").stdout)
-    assert direct == {"cursors_off": False, "prepare": 2**31 - 1}  # publish()'s prepare=True only
-    assert pooled == {"cursors_off": True, "prepare": None}
+    client_bound = json.loads(_settings_with(DATABASE_URL=url, DATABASE_SERVER_SIDE_BINDING="0").stdout)
+    assert direct == {"cursors_off": False, "prepare": 5, "server_binding": True}  # psycopg's threshold
+    assert client_bound == {"cursors_off": False, "prepare": 2**31 - 1, "server_binding": False}  # publish() only
+    assert pooled == {"cursors_off": True, "prepare": None, "server_binding": False}
     refused = _settings_with(DATABASE_URL=f"{url}?options=-c%20statement_timeout%3D5s", DATABASE_TRANSACTION_POOLER="1")
     assert refused.returncode != 0 and "options=... cannot be honoured through a transaction pooler" in refused.stderr
 
