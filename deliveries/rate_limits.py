@@ -11,17 +11,30 @@ limit of thousands.)
 
 Requests without a valid token are refused (401) before any throttle runs; a token is 256
 random bits, so guessing one is not what a rate limit is for.
+
+A store that cannot be reached lets the request through uncounted. django-ninja runs throttles
+outside the handlers of its API, so an error raised here was Django's HTML 500 (seen: a failover
+closed the connection between the token's query and this one). The request goes on to its own
+queries instead, which meet the same outage and answer the API's JSON 503 with Retry-After; with
+Redis as the store, a rate limit is a protection, not a reason to refuse every customer.
 """
 
+import logging
 import threading
 import time
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from deliveries.models import ApiRequestCount
+
+logger = logging.getLogger(__name__)
+# The store is unreachable (its own errors when it is Redis, through django.core.cache's backend).
+STORE_UNREACHABLE = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
 
 
 def parse_rate(rate: str) -> tuple[int, int]:
@@ -74,7 +87,12 @@ class CustomerRateThrottle(BaseThrottle):
         limit, seconds = parse_rate(settings.API_RATE_LIMIT)
         now = time.time()
         window = int(now // seconds)
-        count = (_count_in_cache if settings.CACHE_URL else _count_in_database)(customer.pk, seconds, window)
+        count_in = _count_in_cache if settings.CACHE_URL else _count_in_database
+        try:
+            count = count_in(customer.pk, seconds, window)
+        except STORE_UNREACHABLE as error:
+            logger.warning("rate limit not counted, its store is unreachable: %s", str(error).splitlines()[0])
+            return True
         self._last.wait = (window + 1) * seconds - now
         return count <= limit
 

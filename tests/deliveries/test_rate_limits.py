@@ -14,6 +14,7 @@ from django.db import connection
 from deliveries.models import Delivery
 from outbox.models import OutboxMessage
 from tests.factories import Customer
+from tests.processes import a_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -126,3 +127,39 @@ def test_simulate_waits_out_a_429_for_its_retry_after_and_goes_on(settings):
     api = Api(token=Customer("alice").token, url=None)
 
     assert [api.call("GET", "/deliveries")[0] for _ in range(3)] == [200, 200, 200]
+
+
+@pytest.mark.postgres
+def test_a_connection_lost_while_counting_answers_the_json_503_not_a_500(settings):
+    """django-ninja runs throttles outside its exception handlers: a failover that closed the
+    connection between the token's query and the count made Django's HTML 500 (CI, test_failover).
+    Here the connection is closed just as the count runs: the request goes on uncounted, its own
+    query meets the closed connection, and the answer is the API's JSON 503."""
+    settings.CACHE_URL, settings.API_RATE_LIMIT = "", "3/day"
+    alice = Customer("alice")
+
+    def close_before_counting(execute, sql, params, many, context):
+        if sql.startswith("INSERT INTO deliveries_apirequestcount"):
+            connection.connection.close()  # the server went away: psycopg's own closed connection
+        return execute(sql, params, many, context)
+
+    try:
+        with connection.execute_wrapper(close_before_counting):
+            answer = alice.request()
+    finally:
+        connection.close()  # the next use opens a new one
+
+    assert answer.status_code == 503, answer.content[:200]
+    assert answer.json()["errors"] == [{"field": "database", "message": "unreachable or busy"}]
+    assert answer["Retry-After"]
+
+
+def test_a_redis_store_that_is_down_lets_requests_through_uncounted(settings):
+    settings.API_RATE_LIMIT = "1/day"
+    settings.CACHE_URL = f"redis://127.0.0.1:{a_free_port()}/0"  # nothing listens there
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": settings.CACHE_URL}
+    }
+    alice = Customer("alice")
+
+    assert [alice.get("/deliveries").status_code for _ in range(3)] == [200, 200, 200]
