@@ -9,9 +9,12 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests.outbox.test_kernel_is_generic import DOMAIN
+
+pytestmark = pytest.mark.servers_unused  # CI runs it once, in the embedded step
 
 KERNEL = Path(settings.BASE_DIR) / "kernel"
 

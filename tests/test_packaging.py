@@ -8,9 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests.factories import PRODUCT_PACKAGES
+
+pytestmark = pytest.mark.servers_unused  # CI runs it once, in the embedded step
 
 
 def test_the_built_wheel_ships_the_product_and_no_workshop(tmp_path):
