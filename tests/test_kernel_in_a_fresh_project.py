@@ -34,7 +34,7 @@ def project(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("fresh")
     wheel = kernel_wheel(where)
     run([sys.executable, "-m", "venv", str(where / ".venv")])
-    run(installer(where / ".venv") + [str(wheel)], timeout=600)
+    run(installer(where / ".venv") + [str(wheel)], env=NETWORK_ENV, timeout=600)
     (where / "shop").mkdir()
     run([str(where / ".venv/bin/django-admin"), "startproject", "shop", str(where / "shop")])
     shop = where / "shop"
@@ -43,6 +43,17 @@ def project(tmp_path_factory) -> Path:
     with (shop / "shop" / "settings.py").open("a") as settings_file:
         settings_file.write("\n" + (APPS / "settings_tail.py").read_text())
     return shop
+
+
+# What an install from an index needs of this environment: a proxy, its certificates, pip's settings.
+NETWORK_ENV = {
+    name: value
+    for name, value in os.environ.items()
+    if name in ("PATH", "HOME")
+    or "PROXY" in name.upper()
+    or name.startswith(("SSL_", "PIP_", "UV_"))
+    or name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+}
 
 
 def installer(venv: Path) -> list[str]:
