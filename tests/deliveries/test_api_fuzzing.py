@@ -43,7 +43,7 @@ def test_fuzzing_the_api_from_its_schema_finds_no_failure(live_server, seed, tmp
         f"{live_server.url}/api/openapi.json",
         *CHECKS,
         "--phases",
-        "examples,coverage,fuzzing,stateful",
+        os.environ.get("API_FUZZ_PHASES", "examples,coverage,fuzzing,stateful"),
         "--max-examples",
         str(EXAMPLES),
         "--seed",
