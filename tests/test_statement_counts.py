@@ -24,8 +24,8 @@ HANDLER_STATEMENTS = {
     ("drones", "delivery.completed"): 12,
     ("drones", "delivery.dispatched"): 11,
     ("drones", "delivery.requested"): 10,
-    ("notifications", "delivery.completed"): 8,
-    ("notifications", "delivery.dispatched"): 8,
+    ("notifications", "delivery.completed"): 5,  # one INSERT … ON CONFLICT DO NOTHING, not get_or_create's four
+    ("notifications", "delivery.dispatched"): 5,
     ("packages", "delivery.completed"): 4,
     ("packages", "delivery.dispatched"): 4,
     ("packages", "delivery.requested"): 6,
