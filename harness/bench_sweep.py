@@ -4,6 +4,7 @@ relayed, acknowledged events keep arriving behind a backlog."""
 import json
 import threading
 import time
+import uuid
 
 from django.db import connection
 from django.test.utils import override_settings
@@ -34,9 +35,12 @@ def sweep_settling(events: int) -> float:
     return seconds
 
 
-def relayed_and_acknowledged(count: int, *, seconds_ago: float, acknowledged_by=("probe_a", "probe_b")) -> None:
+def relayed_and_acknowledged(
+    count: int, *, seconds_ago: float, acknowledged_by=("probe_a", "probe_b")
+) -> set[uuid.UUID]:
     """`count` events the relay sent `seconds_ago`, each processed by `acknowledged_by`: written in
-    two statements, as fast as a busy system produces them (PostgreSQL)."""
+    two statements, as fast as a busy system produces them (PostgreSQL). Their message ids (another
+    thread writing at once may take higher row ids than these)."""
     outbox, inbox = OutboxMessage._meta.db_table, InboxMessage._meta.db_table
     recipients = json.dumps(["probe_a", "probe_b"])
     with connection.cursor() as cursor:
@@ -53,9 +57,11 @@ def relayed_and_acknowledged(count: int, *, seconds_ago: float, acknowledged_by=
             )
             INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates)
             SELECT s, message_id, 'probe.pinged', correlation_id, now(), 0 FROM rows, unnest(%s::text[]) AS s
+            RETURNING message_id
             """,
             [recipients, count, seconds_ago, list(acknowledged_by)],
         )
+        return {message_id for (message_id,) in cursor.fetchall()}
 
 
 def sweep_lag_at_load(*, rate: int, seconds: float, backlog: int, grace: float = 2.0) -> float:

@@ -117,8 +117,8 @@ def test_under_sustained_load_the_sweep_keeps_up_and_still_resends_a_copy_lost_l
         while time.monotonic() - started < 6:
             lags.append((time.monotonic() - started, lag_seconds()))
             stop.wait(0.2)  # the sampling period of a run of fixed length, not a wait for an outcome
-        relayed_and_acknowledged(1, seconds_ago=0, acknowledged_by=("probe_a",))  # probe_b's copy is lost
-        lost = OutboxMessage.objects.order_by("-id").values_list("message_id", flat=True).first()
+        # probe_b's copy is lost. Its id as written: the loader, writing at once, may take higher row ids.
+        [lost] = relayed_and_acknowledged(1, seconds_ago=0, acknowledged_by=("probe_a",))
         wait_until(
             lambda: OutboxMessage.objects.filter(message_id=lost, target_subscriber="probe_b").exists(),
             timeout=30,  # a deadline: 10 s ran out once in CI, through PgBouncer beside two busy workers
