@@ -8,7 +8,7 @@ from django.utils import timezone
 from drones.events import DroneArrived, DronePositionReported
 from drones.geography import Point, route_km, waypoints
 from drones.models import Assignment, Drone
-from outbox.api import publish
+from outbox.api import publish_many
 
 
 def flight_seconds(km: float, drone: Drone) -> float:
@@ -20,7 +20,8 @@ def take_off(assignment: Assignment, drone: Drone) -> None:
     """Fly from where the drone is to the pickup and the drop-off, leaving at the planned take-off time.
 
     The position reports and the arrival are published at once as delayed outbox rows, spaced by
-    the simulated flight time; the flight has its own stream, numbered 1..n without other drone news.
+    the simulated flight time, in one statement (`publish_many`); the flight has its own stream,
+    numbered 1..n without other drone news.
     """
     pickup = Point(assignment.pickup_latitude, assignment.pickup_longitude)
     dropoff = Point(assignment.dropoff_latitude, assignment.dropoff_longitude)
@@ -29,8 +30,8 @@ def take_off(assignment: Assignment, drone: Drone) -> None:
     seconds = flight_seconds(total, drone)
     start = max(timezone.now(), assignment.takeoff_at or timezone.now())
     stream, delivery_id = f"flight:{assignment.delivery_id}", assignment.delivery_id
-    for travelled, point in waypoints(stops, settings.DRONE_POSITION_REPORTS):
-        publish(
+    reports = [
+        (
             DronePositionReported(
                 delivery_id=delivery_id,
                 drone_id=drone.id,
@@ -38,17 +39,19 @@ def take_off(assignment: Assignment, drone: Drone) -> None:
                 longitude=point.longitude,
                 altitude=point.altitude,
             ),
-            stream=stream,
-            correlation_id=delivery_id,
-            available_at=start + timedelta(seconds=seconds * travelled / total),
+            start + timedelta(seconds=seconds * travelled / total),
         )
-    publish(
-        DroneArrived(
-            delivery_id=delivery_id, drone_id=drone.id, latitude=dropoff.latitude, longitude=dropoff.longitude
-        ),
+        for travelled, point in waypoints(stops, settings.DRONE_POSITION_REPORTS)
+    ]
+    arrival = DroneArrived(
+        delivery_id=delivery_id, drone_id=drone.id, latitude=dropoff.latitude, longitude=dropoff.longitude
+    )
+    schedule = [*reports, (arrival, start + timedelta(seconds=seconds))]
+    publish_many(
+        [event for event, _ in schedule],
         stream=stream,
         correlation_id=delivery_id,
-        available_at=start + timedelta(seconds=seconds),
+        available_at=[at for _, at in schedule],
     )
     drone.status = Drone.Status.IN_FLIGHT
     drone.save(update_fields=["status", "updated_at"])

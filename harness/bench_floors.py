@@ -22,7 +22,7 @@ def bare_psycopg_publish(count: int, *, per_transaction: int = 500) -> float:
     for _ in range(count):
         event = a_delivery_requested()
         row = outbox_row(event, stream=f"delivery:{event.delivery_id}", correlation_id=event.delivery_id, now=now)
-        statements.append(numbered_insert(row, connection=connection, due_now=True))
+        statements.append(numbered_insert([row], connection=connection, due_now=[True]))
     with psycopg.connect(**_own_connection_params()) as bare:
         began = time.perf_counter()
         for start in range(0, count, per_transaction):

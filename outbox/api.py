@@ -10,6 +10,7 @@ middleware and queue declarations, the relay's health for `/readyz`, the metrics
 
 Publishing: state and its events in one transaction
     publish             append an event to the outbox in the caller's transaction; relayed after commit
+    publish_many        several events on one stream, in order, in one statement (a schedule of timers)
     atomic              the transaction a service's change and its events share (joins a handler's)
     withdraw_scheduled  take back a stream's events still scheduled for later (timers made moot)
     PublishOutsideTransaction, EventTooLarge   what publish refuses
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING
 # name -> (module, attribute): the one list of what the kernel promises its contexts.
 SURFACE: dict[str, tuple[str, str]] = {
     "publish": ("outbox.core.publishing", "publish"),
+    "publish_many": ("outbox.core.publishing", "publish_many"),
     "atomic": ("outbox.core.publishing", "atomic"),
     "withdraw_scheduled": ("outbox.core.publishing", "withdraw_scheduled"),
     "PublishOutsideTransaction": ("outbox.core.publishing", "PublishOutsideTransaction"),
@@ -67,6 +69,7 @@ SURFACE: dict[str, tuple[str, str]] = {
 
 __all__ = [  # SURFACE's names, written out so that tools reading the source see them too
     "publish",
+    "publish_many",
     "atomic",
     "withdraw_scheduled",
     "PublishOutsideTransaction",
@@ -112,6 +115,13 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from outbox.core.contracts import Event, Reader, upcaster
     from outbox.core.dead_letters import Rejected
     from outbox.core.envelope import Envelope
-    from outbox.core.publishing import EventTooLarge, PublishOutsideTransaction, atomic, publish, withdraw_scheduled
+    from outbox.core.publishing import (
+        EventTooLarge,
+        PublishOutsideTransaction,
+        atomic,
+        publish,
+        publish_many,
+        withdraw_scheduled,
+    )
     from outbox.core.subscriptions import Received, subscribe, when_unprocessable
     from outbox.management.arguments import duration_in_days, number, whole_number

@@ -22,7 +22,7 @@ HANDLER_STATEMENTS = {
     ("deliveries", "drone.scheduled"): 7,
     ("deliveries", "package.ready"): 6,
     ("drones", "delivery.completed"): 12,
-    ("drones", "delivery.dispatched"): 11,
+    ("drones", "delivery.dispatched"): 8,  # the take-off's flight schedule in one INSERT (publish_many), not four
     ("drones", "delivery.requested"): 10,
     ("notifications", "delivery.completed"): 5,  # one INSERT … ON CONFLICT DO NOTHING, not get_or_create's four
     ("notifications", "delivery.dispatched"): 5,

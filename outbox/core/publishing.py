@@ -1,7 +1,7 @@
 """`publish()`: append an event to the outbox inside the caller's transaction."""
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -49,29 +49,58 @@ def publish(
     into a new story is work, not a loop. `available_at` delays relaying, which is how
     timeouts are scheduled.
     """
+    [row] = publish_many(
+        [event], stream=stream, correlation_id=correlation_id, available_at=[available_at], using=using
+    )
+    return row
+
+
+def publish_many(
+    events: Sequence[Event],
+    *,
+    stream: str,
+    correlation_id: UUID | None = None,
+    available_at: Sequence[datetime | None] | None = None,
+    using: str = "default",
+) -> list[OutboxMessage]:
+    """Append several events to one stream, numbered in the order given, in one statement: what
+    `publish()` does for each (`available_at`, if given, one time or None for each event), at one
+    round trip for all: an order's shipment scheduling its tracking updates, say.
+    """
     if not transaction.get_connection(using).in_atomic_block:
+        types = ", ".join(event.type for event in events)
         raise PublishOutsideTransaction(
-            f"publish({event.type}) must run inside transaction.atomic() together with the state change it announces"
+            f"publish({types}) must run inside transaction.atomic() together with the state change it announces"
         )
+    if not events:
+        return []
+    times = list(available_at) if available_at is not None else [None] * len(events)
+    if len(times) != len(events):
+        raise ValueError(f"{len(events)} events but {len(times)} times in available_at")
     cause = _handling.get()
     now = timezone.now()
     correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
     same_story = cause is not None and cause.correlation_id == correlation_id
-    attributes = {"messaging.event_type": event.type, "stream": stream}
-    with tracing.publishing(event.type, new_story=cause is not None and not same_story, attributes=attributes) as span:
-        row = outbox_row(
-            event,
-            stream=stream,
-            correlation_id=correlation_id,
-            cause=cause,
-            same_story=same_story,
-            available_at=available_at,
-            now=now,
-        )
-        _append(row, using=using, due_now=available_at is None)
-        if span is not None:
-            span.set_attribute("message_id", str(row.message_id))
-    return row
+    rows = []
+    for event, at in zip(events, times, strict=True):
+        attributes = {"messaging.event_type": event.type, "stream": stream}
+        with tracing.publishing(
+            event.type, new_story=cause is not None and not same_story, attributes=attributes
+        ) as span:
+            row = outbox_row(
+                event,
+                stream=stream,
+                correlation_id=correlation_id,
+                cause=cause,
+                same_story=same_story,
+                available_at=at,
+                now=now,
+            )
+            if span is not None:
+                span.set_attribute("message_id", str(row.message_id))
+        rows.append(row)
+    _append(rows, due_now=[at is None for at in times], using=using)
+    return rows
 
 
 def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
@@ -91,15 +120,18 @@ def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
     return withdrawn
 
 
-def _append(row: OutboxMessage, *, using: str, due_now: bool) -> None:
-    """Insert `row`, numbered in its stream, refusing one too large for the brokers."""
-    size, limit = len(json.dumps(row.envelope(), separators=(",", ":")).encode()), settings.OUTBOX_MAX_EVENT_BYTES
-    if size > limit:
-        raise EventTooLarge(f"{row.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
+def _append(rows: list[OutboxMessage], *, due_now: list[bool], using: str) -> None:
+    """Insert `rows` (one stream's), numbered in their stream, refusing one too large for the brokers."""
+    limit = settings.OUTBOX_MAX_EVENT_BYTES
+    for row in rows:
+        size = len(json.dumps(row.envelope(), separators=(",", ":")).encode())
+        if size > limit:
+            raise EventTooLarge(f"{row.type} is {size:,} bytes serialized, over OUTBOX_MAX_EVENT_BYTES ({limit:,})")
     if connections[using].vendor == "postgresql":  # its trigger sends the relay a NOTIFY
-        _insert_numbered(row, using=using, due_now=due_now)
-    else:
-        _nudge_the_relay_on_commit(using)
+        _insert_numbered(rows, due_now=due_now, using=using)
+        return
+    _nudge_the_relay_on_commit(using)
+    for row in rows:
         row.sequence = _next_sequence(row.stream, using=using)
         row.save(using=using, force_insert=True)
 
@@ -132,32 +164,38 @@ def outbox_row(
     )
 
 
-def numbered_insert(row: OutboxMessage, *, connection, due_now: bool) -> tuple[str, list]:
-    """The one statement that numbers `row` in its stream and inserts it, with its parameters
-    (PostgreSQL). `manage.py bench` sends the same from bare psycopg as publish()'s reference."""
+def numbered_insert(rows: list[OutboxMessage], *, connection, due_now: list[bool]) -> tuple[str, list]:
+    """The one statement that numbers `rows` (one stream's, in order) and inserts them, with its
+    parameters (PostgreSQL): the stream's counter moves by their number, and each row takes its
+    place below the new last. `manage.py bench` sends the same for one row from bare psycopg as
+    publish()'s reference."""
     fields = [f for f in OutboxMessage._meta.concrete_fields if not f.primary_key]
-    computed = {"sequence": "(SELECT last_sequence FROM numbered)", **({"available_at": "now()"} if due_now else {})}
     quote = connection.ops.quote_name
     streams, outbox = quote(Stream._meta.db_table), quote(OutboxMessage._meta.db_table)
-    values = ", ".join(computed.get(f.attname, "%s") for f in fields)
-    params = [row.stream] + [
-        f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields if f.attname not in computed
-    ]
+    values, params = [], [rows[0].stream]
+    for place, (row, due) in enumerate(zip(rows, due_now, strict=True)):
+        below_last = len(rows) - 1 - place
+        computed = {
+            "sequence": "(SELECT last_sequence FROM numbered)" + (f" - {below_last}" if below_last else ""),
+            **({"available_at": "now()"} if due else {}),
+        }
+        values.append("(" + ", ".join(computed.get(f.attname, "%s") for f in fields) + ")")
+        params += [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields if f.attname not in computed]
     sql = (
-        f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams)}) "
-        f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values}) "
+        f"WITH numbered AS ({_NUMBER_IN_STREAM.format(table=streams, count=len(rows))}) "
+        f"INSERT INTO {outbox} ({', '.join(quote(f.column) for f in fields)}) VALUES {', '.join(values)} "
         "RETURNING id, sequence, available_at"
     )
     return sql, params
 
 
-def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
-    """Number the row in its stream and insert it in one statement: one round trip per event,
-    the stream's row lock still ordering concurrent publishers. An event due at once is due on
-    the database's clock, which the relays read too: a web host whose clock runs ahead does not
-    hold its events back."""
+def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], using: str) -> None:
+    """Number the rows in their stream and insert them in one statement: one round trip for a
+    handler's events on one stream, the stream's row lock still ordering concurrent publishers.
+    An event due at once is due on the database's clock, which the relays read too: a web host
+    whose clock runs ahead does not hold its events back."""
     connection = connections[using]
-    sql, params = numbered_insert(row, connection=connection, due_now=due_now)
+    sql, params = numbered_insert(rows, connection=connection, due_now=due_now)
     connection.ensure_connection()
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
     # would quote every value into the text of the statement and parse it anew each time. Its
@@ -169,13 +207,14 @@ def _insert_numbered(row: OutboxMessage, *, using: str, due_now: bool) -> None:
                 cursor.execute(sql, params, prepare=True)
         else:
             cursor.execute(sql, params, prepare=True)
-        row.id, row.sequence, row.available_at = cursor.fetchone()
-    row._state.adding, row._state.db = False, using
+        inserted = sorted(cursor.fetchall(), key=lambda returned: returned[1])  # by sequence: the rows' order
+    for row, (row.id, row.sequence, row.available_at) in zip(rows, inserted, strict=True):
+        row._state.adding, row._state.db = False, using
 
 
 _NUMBER_IN_STREAM = (
-    "INSERT INTO {table} (name, last_sequence) VALUES (%s, 1) "
-    "ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + 1 RETURNING last_sequence"
+    "INSERT INTO {table} (name, last_sequence) VALUES (%s, {count}) "
+    "ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + {count} RETURNING last_sequence"
 )
 
 
@@ -183,7 +222,7 @@ def _next_sequence(stream: str, *, using: str) -> int:
     """Hand out the stream's next number in one round trip; the row lock orders concurrent publishers."""
     table = connections[using].ops.quote_name(Stream._meta.db_table)
     with connections[using].cursor() as cursor:
-        cursor.execute(_NUMBER_IN_STREAM.format(table=table), [stream])
+        cursor.execute(_NUMBER_IN_STREAM.format(table=table, count=1), [stream])
         return cursor.fetchone()[0]
 
 

@@ -1,11 +1,14 @@
 import uuid
+from datetime import timedelta
 
 import pytest
-from django.db import DataError, transaction
+from django.db import DataError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from pydantic import ValidationError
 
 from outbox.core.envelope import Envelope
-from outbox.core.publishing import EventTooLarge, PublishOutsideTransaction, handling, publish
+from outbox.core.publishing import EventTooLarge, PublishOutsideTransaction, handling, publish, publish_many
 from outbox.models import OutboxMessage
 from tests.probe.events import ProbeEchoed, ProbePinged
 from tests.probe.models import Ping
@@ -52,6 +55,36 @@ def test_sequence_counts_per_stream():
 
     assert first == [1, 2, 3]
     assert other == 1
+
+
+@pytest.mark.django_db
+def test_publish_many_numbers_one_streams_events_in_order_after_those_before_in_one_statement():
+    later = timezone.now() + timedelta(hours=1)
+    with transaction.atomic():
+        publish(ProbeEchoed(n=0), stream="echo:many")
+        with CaptureQueriesContext(connection) as statements:
+            rows = publish_many(
+                [ProbeEchoed(n=i) for i in (1, 2, 3)], stream="echo:many", available_at=[None, later, None]
+            )
+        after = publish(ProbeEchoed(n=4), stream="echo:many")
+
+    assert len(statements) == (1 if connection.vendor == "postgresql" else 6)  # SQLite: numbered one by one
+    stored = OutboxMessage.objects.filter(stream="echo:many").order_by("sequence")
+    assert [(row.sequence, row.payload["n"]) for row in stored] == [(1, 0), (2, 1), (3, 2), (4, 3), (5, 4)]
+    assert [row.sequence for row in rows] == [2, 3, 4] and after.sequence == 5
+    assert [row.id for row in rows] == [row.id for row in stored[1:4]]  # each row told its own id
+    assert len({row.correlation_id for row in stored[1:4]}) == 1  # one story, as publish() starts one per call
+    assert stored[2].available_at == later  # a time given is kept; the others are due on the database's clock
+    assert stored[1].available_at <= timezone.now() and stored[3].available_at <= timezone.now()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publish_many_refuses_outside_a_transaction_and_times_that_do_not_match_the_events():
+    with pytest.raises(PublishOutsideTransaction, match="probe.echoed, probe.echoed"):
+        publish_many([ProbeEchoed(n=1), ProbeEchoed(n=2)], stream="echo:refused")
+    with transaction.atomic(), pytest.raises(ValueError, match="2 events but 1 times"):
+        publish_many([ProbeEchoed(n=1), ProbeEchoed(n=2)], stream="echo:refused", available_at=[None])
+    assert OutboxMessage.objects.count() == 0
 
 
 def a_cause(*, hops: int) -> Envelope:
