@@ -21,6 +21,8 @@ from deliveries.models import Customer, Delivery
 from deliveries.transitions import Status, TooLate, announce, fail, locked
 from outbox.api import atomic
 
+AWAITED = ("confirmation_token_id", "confirmation_token_hash")  # what await_confirmation sets beside the status
+
 
 def await_confirmation(delivery: Delivery) -> None:
     delivery.status = Status.AWAITING_CONFIRMATION

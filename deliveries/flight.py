@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from deliveries.confirmation import await_confirmation
+from deliveries.confirmation import AWAITED, await_confirmation
 from deliveries.events import DeliveryCompleted
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
@@ -39,5 +39,5 @@ def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
             announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
         else:
             await_confirmation(delivery)
-        delivery.save()
+        delivery.save(update_fields=["last_known_location", "status", "status_reason", *AWAITED, "updated_at"])
         return delivery

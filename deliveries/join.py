@@ -20,7 +20,7 @@ def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
             return delivery
         delivery.package_ready = True
         dispatch_when_ready(delivery)
-        delivery.save()
+        delivery.save(update_fields=["package_ready", *JOINED])
         return delivery
 
 
@@ -43,7 +43,7 @@ def record_drone_scheduled(
         if delivery.status in Delivery.BEFORE_DISPATCH:
             delivery.status, delivery.status_reason = Status.SCHEDULED, ""
         dispatch_when_ready(delivery)
-        delivery.save()
+        delivery.save(update_fields=["drone_id", "eta", "pickup_eta", "drone_scheduled_at", "status_reason", *JOINED])
         return delivery
 
 
@@ -80,6 +80,11 @@ def record_waiting(
             announce(delivery, DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), at=give_up_at)
         delivery.save()
         return delivery
+
+
+# What `dispatch_when_ready` may change, with the row's time: the join's saves name their fields
+# (a full-row save wrote and serialized all thirty, six of them JSON, twice a delivery: issue 32).
+JOINED = ("status", "updated_at")
 
 
 def dispatch_when_ready(delivery: Delivery) -> None:
