@@ -50,6 +50,16 @@ class Counted:
         return sum(self.handlers[key] * runs for key, runs in self.runs.items())
 
 
+def happy_path(choreography: Choreography, delivery_id: UUID) -> None:
+    """The drone first, then the package, then the flight to its end (every timer due at once
+    under DRONE_SIMULATION_SPEEDUP)."""
+    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    choreography.deliver("drone.scheduled", delivery_id)
+    choreography.deliver("delivery.requested", delivery_id, only="packages")
+    choreography.deliver("package.ready", delivery_id)
+    choreography.settle(delivery_id)
+
+
 @override_settings(DRONE_SIMULATION_SPEEDUP=1_000_000)  # the flight's timers are due at once
 def one_delivery(*, client: Client | None = None, body: dict | None = None) -> Counted:
     """Request a delivery through the API (a new customer unless `client` carries a token; `body`,
@@ -62,13 +72,8 @@ def one_delivery(*, client: Client | None = None, body: dict | None = None) -> C
         response = client.post("/api/deliveryrequests", body or a_request_body(), content_type="application/json")
     if response.status_code != 202:
         raise RuntimeError(f"the request was refused: {response.status_code} {response.content[:300]!r}")
-    delivery_id = UUID(response.json()["deliveryId"])
     choreography = CountingChoreography()
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
-    choreography.deliver("drone.scheduled", delivery_id)
-    choreography.deliver("delivery.requested", delivery_id, only="packages")
-    choreography.deliver("package.ready", delivery_id)
-    choreography.settle(delivery_id)
+    happy_path(choreography, UUID(response.json()["deliveryId"]))
     executions = sorted(choreography.statements.items())
     return Counted(
         handlers={key: max(map(len, runs)) for key, runs in executions},

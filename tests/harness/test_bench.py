@@ -19,7 +19,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     command = [*MANAGE, "bench", "--events", "100", "--runs", "1", "--relays", "1", "--results-dir", str(tmp_path)]
     command += ["--latency-rates", "20", "--latency-seconds", "2", "--history", "300"]
     command += ["--api-clients", "2", "--api-seconds", "2", "--deliveries", "5", "--drones", "5"]
-    command += ["--embedded-deliveries", "2", "--sweep-seconds", "5"]
+    command += ["--embedded-deliveries", "2", "--sweep-seconds", "5", "--handler-deliveries", "2"]
     # A bound on a hang, not a timing: beside a CPU-bound step it took 238 s here, 72 s alone.
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
 
@@ -33,6 +33,9 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "relay_1",
         "statements_request",
         "statements_delivery",
+        "healthz_in_process",
+        "handler_cpu_python",
+        "handler_cpu_database",
         "publish",
         "publish_bare",
         "sweep",
@@ -65,6 +68,9 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     assert result["figures"]["cpu_per_delivery"]["reference"] == "healthz_cpu"  # judged in /healthz units
     assert result["figures"]["end_to_end"]["reference"] == "commit_ceiling"
     assert len(result["statements_per_handler"]) == 13  # every (subscriber, event) of the happy path
+    assert result["handler_cpu_ms"].keys() == result["statements_per_handler"].keys()  # each one timed
+    assert all(python > 0 and database > 0 for python, database in result["handler_cpu_ms"].values())
+    assert result["figures"]["handler_cpu_python"]["reference"] == "healthz_in_process"
     assert sum(result["statements_per_handler"].values()) <= result["figures"]["statements_delivery"]["median"]
     growth = result["figures"].pop("worker_rss_growth")  # may be 0 or less
     assert result["figures"].pop("sweep_lag")["min"] >= 0  # 0 when it is never behind (the test's 1-s figure)

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from drones.services import seed_fleet
-from harness import bench, bench_floors, bench_processes, bench_sweep, statement_counts
+from harness import bench, bench_floors, bench_processes, bench_sweep, handler_cpu, statement_counts
 from harness.scratch import scratch_run
 from outbox.management.arguments import comma_separated, number, whole_number
 
@@ -59,6 +59,12 @@ class Command(BaseCommand):
             default=20,
             help="Deliveries for the embedded default's per-hop latency (0: skip it).",
         )
+        parser.add_argument(
+            "--handler-deliveries",
+            type=optional_count,
+            default=30,
+            help="Deliveries whose handler executions are timed in one process, each run (0: skip it).",
+        )
         parser.add_argument("--embedded-rate", type=positive, default=2.0, help="Their requests a second.")
         parser.add_argument(
             "--history",
@@ -87,6 +93,8 @@ class Command(BaseCommand):
                 machine = bench.machine()
                 self.stdout.write(f"machine: {machine}")
                 figures = self._measure_statements()
+                if options["handler_deliveries"]:
+                    figures |= self._measure_handler_cpu(runs=runs, deliveries=options["handler_deliveries"])
                 figures |= self._measure(
                     scratch,
                     events=events,
@@ -288,6 +296,34 @@ class Command(BaseCommand):
             self._progress(figure)
         return figures
 
+    def _measure_handler_cpu(self, *, runs: int, deliveries: int) -> dict[str, bench.Figure]:
+        """A delivery's handler executions timed in one process (harness.handler_cpu), beside one
+        in-process GET /healthz: the handler path alone, steadier than end to end for a before and after."""
+        setup = f"in one process, median of {deliveries} deliveries"
+        figures = {
+            "healthz_in_process": bench.Figure("GET /healthz in process, CPU (reference)", "ms"),
+            "handler_cpu_python": bench.Figure(
+                f"a delivery's handler executions, this process's CPU ({setup})", "ms", reference="healthz_in_process"
+            ),
+            "handler_cpu_database": bench.Figure(
+                f"a delivery's handler executions, its PostgreSQL backend's CPU ({setup})",
+                "ms",
+                reference="healthz_in_process",
+            ),
+        }
+        for _ in range(runs):
+            figures["healthz_in_process"].values.append(handler_cpu.healthz_ms())
+            measured = handler_cpu.measure(deliveries=deliveries)
+            figures["handler_cpu_python"].values.append(statistics.median(measured.python_ms))
+            figures["handler_cpu_database"].values.append(statistics.median(measured.database_ms))
+        self.handler_cpu = {f"{s} {t}": list(times) for (s, t), times in measured.by_handler.items()}
+        self.stdout.write("CPU of one handler execution, in one process, last run (ms: Python, PostgreSQL):")
+        for (subscriber, event_type), (python, database) in measured.by_handler.items():
+            self.stdout.write(f"  {subscriber:<14} {event_type:<26} {python:>6.2f} {database:>6.2f}")
+        for figure in figures.values():
+            self._progress(figure)
+        return figures
+
     def _measure_embedded(self, *, runs: int, deliveries: int, rate: float) -> dict[str, bench.Figure]:
         setup = f"{deliveries} deliveries at {rate:g}/s"
         figures = {
@@ -356,6 +392,7 @@ class Command(BaseCommand):
             "machine": machine,
             "conditions": conditions,
             "statements_per_handler": getattr(self, "statements", {}),
+            "handler_cpu_ms": getattr(self, "handler_cpu", {}),  # one execution, median: [this process, PostgreSQL]
             "figures": {k: f.as_dict() for k, f in figures.items()},
         }
         path.write_text(json.dumps(result, indent=2))

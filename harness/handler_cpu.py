@@ -1,0 +1,114 @@
+"""The CPU of one delivery's handler executions, measured in one process: the handler path alone.
+
+End to end (harness.bench_processes) a delivery's CPU is read from every process at once, on a
+machine whose speed drifts within minutes: two versions of a handler compared that way differ by
+less than the runs of one version do. Here the real dispatch runs synchronously (harness.choreography:
+only the broker hop replaced, as for the statement counts), and each execution is timed on its own
+clocks: this process's CPU (`time.process_time_ns`, the handler's Python, Django and psycopg) and
+its PostgreSQL backend's (the scheduler's runtime in `/proc/PID/schedstat`, in nanoseconds). What
+it leaves out is what a worker adds per message whatever the handler does: Dramatiq, pika, the
+broker, the relay. Same-machine comparisons only: alternate the versions, as for the bench.
+"""
+
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID, uuid4
+
+from django.db import connection
+from django.test import Client
+from django.test.utils import override_settings
+
+from deliveries.customers import create_customer
+from harness.bench_api import a_request_body
+from harness.choreography import Choreography
+from harness.statement_counts import happy_path
+from outbox.handling.dispatch import dispatch
+
+
+def _backend_runtime_ns(pid: int) -> int:
+    """CPU the backend has run, in nanoseconds (its first field of schedstat; it is on the
+    same machine: the harness refuses a remote database)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+class TimedChoreography(Choreography):
+    """The synchronous choreography, each dispatch timed on the process's and the backend's clocks."""
+
+    def __init__(self, backend_pid: int):
+        super().__init__()
+        self.backend_pid = backend_pid
+        self.python_ns: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.database_ns: dict[tuple[str, str], list[int]] = defaultdict(list)
+
+    def dispatch(self, subscriber, row):
+        body = row.envelope()  # a worker gets it decoded from the broker: not the handler's cost
+        python, database = time.process_time_ns(), _backend_runtime_ns(self.backend_pid)
+        dispatch(subscriber=subscriber, body=body)
+        self.database_ns[(subscriber, row.type)].append(_backend_runtime_ns(self.backend_pid) - database)
+        self.python_ns[(subscriber, row.type)].append(time.process_time_ns() - python)
+
+
+@dataclass(frozen=True)
+class HandlerCpu:
+    deliveries: int
+    python_ms: list[float]  # per delivery: this process's CPU in its handler executions
+    database_ms: list[float]  # per delivery: the backend's
+    by_handler: dict[tuple[str, str], tuple[float, float]]  # median ms of one execution: (python, database)
+
+    @property
+    def total_ms(self) -> list[float]:
+        return [p + d for p, d in zip(self.python_ms, self.database_ms, strict=True)]
+
+
+# DEBUG off as in a worker (DEBUG logs every statement, quoting its parameters); the flight's
+# timers due at once.
+@override_settings(DEBUG=False, DRONE_SIMULATION_SPEEDUP=1_000_000)
+def measure(*, deliveries: int, warm_up: int = 3) -> HandlerCpu:
+    """Take `deliveries` (after `warm_up` untimed ones) through the happy path of
+    harness.statement_counts, timing each handler execution. Needs free drones near
+    harness.bench.BASE and a local PostgreSQL."""
+    if connection.vendor != "postgresql":
+        raise RuntimeError("the handler CPU is measured on PostgreSQL: set DATABASE_URL=postgres://...")
+    connection.ensure_connection()
+    backend_pid = connection.connection.info.backend_pid
+    python_ms, database_ms = [], []
+    by_handler_python, by_handler_database = defaultdict(list), defaultdict(list)
+    for n in range(warm_up + deliveries):
+        choreography = TimedChoreography(backend_pid)
+        _deliver_one(choreography)
+        if n < warm_up:
+            continue
+        python_ms.append(sum(map(sum, choreography.python_ns.values())) / 1e6)
+        database_ms.append(sum(map(sum, choreography.database_ns.values())) / 1e6)
+        for key, runs in choreography.python_ns.items():
+            by_handler_python[key].extend(runs)
+            by_handler_database[key].extend(choreography.database_ns[key])
+    by_handler = {
+        key: (statistics.median(by_handler_python[key]) / 1e6, statistics.median(by_handler_database[key]) / 1e6)
+        for key in sorted(by_handler_python)
+    }
+    return HandlerCpu(deliveries=deliveries, python_ms=python_ms, database_ms=database_ms, by_handler=by_handler)
+
+
+@override_settings(DEBUG=False)
+def healthz_ms(*, requests: int = 300) -> float:
+    """The reference: one GET /healthz through Django's test client in this process, median CPU (ms)."""
+    client, times = Client(), []
+    for _ in range(requests):
+        started = time.process_time_ns()
+        client.get("/healthz")
+        times.append(time.process_time_ns() - started)
+    return statistics.median(times) / 1e6
+
+
+def _deliver_one(choreography: Choreography) -> None:
+    """A new customer each time: one customer's many requests would meet its rate limit."""
+    _, token = create_customer(name=f"handler-cpu-{uuid4().hex[:12]}")
+    client = Client(headers={"Authorization": f"Bearer {token}"})
+    response = client.post("/api/deliveryrequests", a_request_body(), content_type="application/json")
+    if response.status_code != 202:
+        raise RuntimeError(f"the request was refused: {response.status_code} {response.content[:300]!r}")
+    happy_path(choreography, UUID(response.json()["deliveryId"]))
