@@ -1,13 +1,13 @@
 """The CPU of one delivery's handler executions, measured in one process: the handler path alone.
 
-End to end (harness.bench_processes) a delivery's CPU is read from every process at once, on a
-machine whose speed drifts within minutes: two versions of a handler compared that way differ by
-less than the runs of one version do. Here the real dispatch runs synchronously (harness.choreography:
-only the broker hop replaced, as for the statement counts), and each execution is timed on its own
-clocks: this process's CPU (`time.process_time_ns`, the handler's Python, Django and psycopg) and
-its PostgreSQL backend's (the scheduler's runtime in `/proc/PID/schedstat`, in nanoseconds). What
-it leaves out is what a worker adds per message whatever the handler does: Dramatiq, pika, the
-broker, the relay. Same-machine comparisons only: alternate the versions, as for the bench.
+End to end (harness.bench_processes) a delivery's CPU is read from every process at once: the
+relay's, the broker's and Dramatiq's shares move with load and mix with the handlers'. Here the
+real dispatch runs synchronously (harness.choreography: only the broker hop replaced, as for the
+statement counts), and each execution is timed on its own clocks: this process's CPU
+(`time.process_time_ns`, the handler's Python, Django and psycopg) and its PostgreSQL backend's
+(the scheduler's runtime in `/proc/PID/schedstat`, in nanoseconds). What it leaves out is what a
+worker adds per message whatever the handler does: Dramatiq, pika, the broker, the relay.
+Same-machine comparisons only: alternate the versions, as for the bench.
 """
 
 import statistics

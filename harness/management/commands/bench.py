@@ -298,7 +298,7 @@ class Command(BaseCommand):
 
     def _measure_handler_cpu(self, *, runs: int, deliveries: int) -> dict[str, bench.Figure]:
         """A delivery's handler executions timed in one process (harness.handler_cpu), beside one
-        in-process GET /healthz: the handler path alone, steadier than end to end for a before and after."""
+        in-process GET /healthz: the handler path alone, without the relay, the broker and Dramatiq."""
         setup = f"in one process, median of {deliveries} deliveries"
         figures = {
             "healthz_in_process": bench.Figure("GET /healthz in process, CPU (reference)", "ms"),
