@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -148,6 +149,20 @@ def _unhandled(correlation_id, *, hold, timers) -> tuple[OutboxMessage, str] | N
 
 
 def _outstanding(correlation_id) -> list[str]:
+    """What is still out, read in one snapshot. Read statement by statement, a handler committing
+    between two reads showed its inbox row (its message handled) but not the events it published
+    with it (read before it): nothing seemed out while those were still to be relayed and handled.
+    PostgreSQL's REPEATABLE READ gives the snapshot (a SQLite read transaction has one already);
+    inside a transaction of the caller's the level can no longer be set, and is left as it is."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return _outstanding_now(correlation_id)
+
+
+def _outstanding_now(correlation_id) -> list[str]:
     due = _rows(correlation_id).filter(available_at__lte=timezone.now())
     waiting = [f"{row.type} #{row.id} not relayed" for row in due.filter(published_at__isnull=True)]
     relayed = due.filter(~Q(published_at=None))

@@ -1,10 +1,14 @@
 """outbox.testing, the helpers for a team adding a context, on this project's own delivery flow."""
 
+import threading
 from uuid import UUID
 
 import pytest
+from django.db import connection, transaction
+from django.utils import timezone
 
 from deliveries.models import Delivery
+from outbox.core.publishing import publish
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.testing import (
     DeadLettered,
@@ -16,6 +20,7 @@ from outbox.testing import (
     wait_until_processed,
 )
 from tests.factories import requested
+from tests.probe.events import ProbeEchoed, ProbePinged
 
 
 def test_run_choreography_plays_a_delivery_to_its_end_in_process(customer, fleet):
@@ -90,3 +95,42 @@ def test_wait_until_processed_names_what_is_still_out(customer, fleet, transacti
 
     with pytest.raises(TimeoutError, match=r"after 0.2 s still not processed: delivery.requested #\d+ not relayed"):
         wait_until_processed(correlation_id=delivery_id, timeout=0.2)
+
+
+@pytest.mark.postgres
+def test_wait_until_processed_is_not_fooled_by_a_handler_committing_between_its_reads(transactional_db):
+    """CI, 2026-12-03: it returned while a delivery's second events were still to be handled. A
+    handler commits its inbox row and the events it published together; read statement by
+    statement, the events were read before the commit and the inbox row after it."""
+    with transaction.atomic():
+        pinged = publish(ProbePinged(n=1), stream="snapshot:1")
+    OutboxMessage.objects.filter(id=pinged.id).update(published_at=timezone.now())  # relayed
+
+    def handlers_commit():  # probe_a and probe_b process it, and probe_b publishes what it causes
+        with transaction.atomic():
+            for subscriber in pinged.recipients:
+                InboxMessage.objects.create(
+                    subscriber=subscriber,
+                    message_id=pinged.message_id,
+                    type=pinged.type,
+                    correlation_id=pinged.correlation_id,
+                    processed_at=timezone.now(),
+                )
+            publish(ProbeEchoed(n=1), stream="snapshot:1", correlation_id=pinged.correlation_id)
+        connection.close()
+
+    def commit_after_the_first_read(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not committed and sql.lstrip().startswith("SELECT"):
+            committed.append(threading.Thread(target=handlers_commit))
+            committed[0].start()
+            committed[0].join()
+        return result
+
+    committed: list[threading.Thread] = []
+    with (
+        connection.execute_wrapper(commit_after_the_first_read),
+        pytest.raises(TimeoutError, match=r"probe.echoed #\d+ not relayed"),
+    ):
+        wait_until_processed(correlation_id=pinged.correlation_id, timeout=1)
+    assert committed, "the handlers' commit was never placed between two reads"
