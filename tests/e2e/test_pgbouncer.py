@@ -79,8 +79,14 @@ def bouncer(pgbouncer, transactional_db):
 def test_server_side_cursors_break_through_pgbouncer_unless_the_pooler_setting_turns_them_off(bouncer, env):
     User.objects.bulk_create(User(username=f"user{n}") for n in range(40))
     assert _iterate_through(bouncer, env, "1") == {"failures": 0, "first": []}
-    broken = _iterate_through(bouncer, env, "0")  # the proof that the first run went through PgBouncer
-    assert broken["failures"] > 0 and "does not exist" in broken["first"][0], broken
+    # The proof that the first run went through PgBouncer: with the setting off, the cursor is lost.
+    # Up to three tries: CI3 here (2026-12-03, evening, on a loaded machine) once saw the holder
+    # given another session than the cursor's, and the reader read to the end.
+    tries = [_iterate_through(bouncer, env, "0")]
+    while tries[-1]["failures"] == 0 and len(tries) < 3:
+        tries.append(_iterate_through(bouncer, env, "0"))
+    broken = tries[-1]
+    assert broken["failures"] > 0 and "does not exist" in broken["first"][0], tries
 
 
 # Two connections through PgBouncer without DATABASE_TRANSACTION_POOLER. A holds a server session
