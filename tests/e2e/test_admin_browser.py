@@ -272,6 +272,9 @@ def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matter
     assert page.evaluate("(e) => e.scrollWidth <= e.clientWidth", results.element_handle())
 
     page.click(f"#result_list a[href$='/deadletter/{letter.pk}/change/']")
+    # Read the letter's page once loaded (wait_for_url waits for its load event): CI5 here, under
+    # load, read its .field-error while the page was still arriving, and found it empty.
+    page.wait_for_url(f"**/deadletter/{letter.pk}/change/")
     assert page.locator(".field-error").inner_text().endswith("the SMS gateway is down")
     assert not page.locator("text=Traceback (most recent call last)").is_visible()  # one click away
     page.click(".field-pretty_traceback summary")
