@@ -79,6 +79,34 @@ def test_publish_many_numbers_one_streams_events_in_order_after_those_before_in_
 
 
 @pytest.mark.django_db(transaction=True)
+def test_every_field_reads_back_as_published_whatever_the_statements_shape():
+    """The statement's text is built once per shape (how many rows, which are due now) and its
+    values bound without Django's per-field conversions where psycopg takes them as they are: each
+    shape, used twice and in turn, must store every field of every row as the row returned says."""
+    later = timezone.now() + timedelta(minutes=5)
+    cause = a_cause(hops=2)
+    returned = []
+    for _ in range(2):
+        with transaction.atomic():
+            returned += publish_many(
+                [ProbeEchoed(n=1), ProbeEchoed(n=2)], stream="echo:shape", available_at=[later, None]
+            )
+            returned.append(publish(ProbeEchoed(n=3), stream="echo:shape"))
+            with handling(cause):
+                returned += publish_many([ProbeEchoed(n=4), ProbeEchoed(n=5)], stream="echo:shape")
+
+    stored = {row.id: row for row in OutboxMessage.objects.filter(stream="echo:shape")}
+    assert len(stored) == len(returned) == 10
+    for row in returned:
+        assert stored[row.id].envelope() == row.envelope()
+        for field in ("recipients", "trace_context", "available_at", "sequence", "published_at", "claimed_by"):
+            assert getattr(stored[row.id], field) == getattr(row, field), field
+    assert [row.sequence for row in returned] == list(range(1, 11))
+    assert {row.causation_id for row in returned[3:5]} == {cause.message_id} and returned[3].hops == 3
+    assert stored[returned[0].id].available_at == later
+
+
+@pytest.mark.django_db(transaction=True)
 def test_publish_many_refuses_outside_a_transaction_and_times_that_do_not_match_the_events():
     with pytest.raises(PublishOutsideTransaction, match="probe.echoed, probe.echoed"):
         publish_many([ProbeEchoed(n=1), ProbeEchoed(n=2)], stream="echo:refused")
