@@ -25,19 +25,63 @@ class Position(StrEnum):
 
 def advance(*, subscriber: str, stream: str, sequence: int) -> Position:
     """Move the subscriber's cursor on `stream` to `sequence`, or say why not. Runs in the caller's transaction."""
-    cursor_id, last_sequence = _locked_cursor(subscriber, stream)
+    last_sequence = _moved_cursor(subscriber, stream, sequence)
+    if last_sequence is None:  # not moved: the first events of a new stream met (PostgreSQL)
+        cursor_id, last_sequence = _locked_cursor(subscriber, stream)
+        _move(cursor_id, last_sequence, sequence)
     if sequence <= last_sequence:
-        StreamCursor.objects.filter(pk=cursor_id).update(stale=F("stale") + 1)
         logger.info("%s dropped stale %s#%d (already at #%d)", subscriber, stream, sequence, last_sequence)
         return Position.STALE
-    missing = sequence - last_sequence - 1
-    StreamCursor.objects.filter(pk=cursor_id).update(last_sequence=sequence, gaps=F("gaps") + missing)
-    if missing:
+    if sequence - last_sequence - 1:
         # Counted (the admin's overview shows it) and logged at INFO: workers handling a stream's
         # events at once reorder them as a matter of course; a lost one is the sweep's to resend.
         logger.info("%s saw a gap in %s: #%d after #%d", subscriber, stream, sequence, last_sequence)
         return Position.GAP
     return Position.NEXT
+
+
+def _moved_cursor(subscriber: str, stream: str, sequence: int) -> int | None:
+    """Move the cursor (made if new, locked until the transaction ends) and return where it was:
+    one statement on PostgreSQL, the cursor read under its lock and moved in the same upsert (an
+    ordered subscriber paid two for every message). None when it was not moved: the cursor was new
+    to this statement's snapshot but another transaction made it first, so the value it had is
+    unknown here; the caller reads it locked and moves it then. Elsewhere (SQLite, whose writers
+    are serialised) the cursor is read, then moved."""
+    if connection.vendor != "postgresql":
+        cursor_id, last_sequence = _locked_cursor(subscriber, stream)
+        _move(cursor_id, last_sequence, sequence)
+        return last_sequence
+    table = connection.ops.quote_name(StreamCursor._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(_ADVANCE.format(table=table), [subscriber, stream, subscriber, stream, sequence, sequence - 1])
+        moved = cursor.fetchone()
+    return None if moved is None else moved[0]
+
+
+# `before` locks the cursor and reads where it stood (a concurrent mover is waited for, then its
+# commit read); the upsert moves it from there, or makes it at `sequence` with the steps before it
+# counted as gaps. The WHERE leaves a cursor made meanwhile by another transaction untouched (but
+# locked), and then nothing is returned.
+_ADVANCE = (
+    "WITH before AS (SELECT last_sequence FROM {table} WHERE subscriber = %s AND stream = %s FOR UPDATE) "
+    "INSERT INTO {table} AS moved (subscriber, stream, last_sequence, gaps, stale) VALUES (%s, %s, %s, %s, 0) "
+    "ON CONFLICT (subscriber, stream) DO UPDATE SET "
+    "last_sequence = GREATEST(moved.last_sequence, EXCLUDED.last_sequence), "
+    "gaps = moved.gaps + GREATEST(EXCLUDED.last_sequence - moved.last_sequence - 1, 0), "
+    "stale = moved.stale + CASE WHEN EXCLUDED.last_sequence <= moved.last_sequence THEN 1 ELSE 0 END "
+    "WHERE EXISTS (SELECT 1 FROM before) "
+    "RETURNING COALESCE((SELECT last_sequence FROM before), 0)"
+)
+
+
+def _move(cursor_id: int, last_sequence: int, sequence: int) -> None:
+    """Move a cursor read (locked) at `last_sequence` to `sequence`, or count `sequence` as stale."""
+    if sequence <= last_sequence:
+        StreamCursor.objects.filter(pk=cursor_id).update(stale=F("stale") + 1)
+    else:
+        StreamCursor.objects.filter(pk=cursor_id).update(
+            last_sequence=sequence, gaps=F("gaps") + sequence - last_sequence - 1
+        )
 
 
 def _locked_cursor(subscriber: str, stream: str) -> tuple[int, int]:

@@ -59,16 +59,16 @@ def test_a_handler_of_a_stream_waits_for_the_cursor_another_has_read_until_that_
 
     StreamCursor.objects.create(subscriber="probe_a", stream="race:2", last_sequence=1)
     read, go, second_done, seen, errors = threading.Event(), threading.Event(), threading.Event(), {}, []
-    locked_cursor = ordering._locked_cursor
+    moved_cursor = ordering._moved_cursor
 
-    def pausing_after_the_read(subscriber, stream):
-        found = locked_cursor(subscriber, stream)
+    def pausing_after_the_read(subscriber, stream, sequence):
+        found = moved_cursor(subscriber, stream, sequence)
         if threading.current_thread().name == "first":
             read.set()
             go.wait(20)  # holding what it read, not yet committed
         return found
 
-    monkeypatch.setattr(ordering, "_locked_cursor", pausing_after_the_read)
+    monkeypatch.setattr(ordering, "_moved_cursor", pausing_after_the_read)
 
     def take(sequence: int, done=None) -> None:
         try:
@@ -100,3 +100,20 @@ def test_a_handler_of_a_stream_waits_for_the_cursor_another_has_read_until_that_
     assert not second_read_before_the_first_committed
     cursor = StreamCursor.objects.get(subscriber="probe_a", stream="race:2")
     assert (cursor.last_sequence, cursor.gaps, cursor.stale) == (3, 1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_message_moves_the_cursor_in_one_statement_and_the_counts_are_exact():
+    """A new cursor is made at its first event, the steps before it counted as gaps; an existing
+    one is read under its lock and moved in the same statement (two before): next, gap and stale."""
+    from django.test.utils import CaptureQueriesContext
+
+    outcomes = []
+    for sequence in (3, 4, 7, 5, 7, 8):
+        with transaction.atomic(), CaptureQueriesContext(connection) as statements:
+            outcomes.append(advance(subscriber="probe_a", stream="one:1", sequence=sequence))
+        assert len(statements) == 1, [q["sql"] for q in statements.captured_queries]
+
+    assert outcomes == [Position.GAP, Position.NEXT, Position.GAP, Position.STALE, Position.STALE, Position.NEXT]
+    cursor = StreamCursor.objects.get(subscriber="probe_a", stream="one:1")
+    assert (cursor.last_sequence, cursor.gaps, cursor.stale) == (8, 2 + 2, 2)
