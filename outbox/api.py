@@ -12,6 +12,7 @@ Publishing: state and its events in one transaction
     publish             append an event to the outbox in the caller's transaction; relayed after commit
     publish_many        several events on one stream, in order, in one statement (a schedule of timers)
     atomic              the transaction a service's change and its events share (joins a handler's)
+    locked_row          the row a service changes, read by its key and locked (its statement written once)
     withdraw_scheduled  take back a stream's events still scheduled for later (timers made moot)
     PublishOutsideTransaction, EventTooLarge   what publish refuses
 
@@ -45,6 +46,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "publish": ("outbox.core.publishing", "publish"),
     "publish_many": ("outbox.core.publishing", "publish_many"),
     "atomic": ("outbox.core.publishing", "atomic"),
+    "locked_row": ("outbox.core.locking", "locked_row"),
     "withdraw_scheduled": ("outbox.core.publishing", "withdraw_scheduled"),
     "PublishOutsideTransaction": ("outbox.core.publishing", "PublishOutsideTransaction"),
     "EventTooLarge": ("outbox.core.publishing", "EventTooLarge"),
@@ -71,6 +73,7 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
     "publish",
     "publish_many",
     "atomic",
+    "locked_row",
     "withdraw_scheduled",
     "PublishOutsideTransaction",
     "EventTooLarge",
@@ -115,6 +118,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from outbox.core.contracts import Event, Reader, upcaster
     from outbox.core.dead_letters import Rejected
     from outbox.core.envelope import Envelope
+    from outbox.core.locking import locked_row
     from outbox.core.publishing import (
         EventTooLarge,
         PublishOutsideTransaction,

@@ -1,0 +1,65 @@
+"""`locked_row()`: a row by its key, locked, read as the ORM reads it, its statement written once."""
+
+import threading
+
+import pytest
+from django.db import OperationalError, connection, transaction
+from django.db.transaction import TransactionManagementError
+
+from outbox.core.locking import locked_row
+from outbox.core.publishing import publish
+from outbox.models import OutboxMessage
+from tests.probe.events import ProbeEchoed
+
+
+@pytest.mark.django_db
+def test_the_row_reads_as_the_orms_every_field_converted_and_none_when_there_is_none():
+    with transaction.atomic():
+        published = publish(ProbeEchoed(n=7), stream="lock:1")
+    with transaction.atomic():
+        row = locked_row(OutboxMessage, published.id)
+        missing = locked_row(OutboxMessage, published.id + 1000)
+
+    expected = OutboxMessage.objects.get(pk=published.id)
+    assert type(row) is OutboxMessage and missing is None
+    for field in OutboxMessage._meta.concrete_fields:  # JSON decoded, times aware, UUIDs as UUIDs
+        assert getattr(row, field.attname) == getattr(expected, field.attname), field.attname
+
+
+@pytest.mark.django_db(transaction=True)  # no test-wide transaction around it
+def test_outside_a_transaction_it_is_refused_as_select_for_update_is():
+    with pytest.raises(TransactionManagementError, match="inside transaction.atomic"):
+        locked_row(OutboxMessage, 1)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_lock_holds_until_the_transaction_ends():
+    """Another transaction asking for the row without waiting is refused while the holder's is open."""
+    with transaction.atomic():
+        published = publish(ProbeEchoed(n=8), stream="lock:2")
+    held, release, errors = threading.Event(), threading.Event(), []
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                assert locked_row(OutboxMessage, published.id) is not None
+                held.set()
+                release.wait(20)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(20)
+        with pytest.raises(OperationalError, match="could not obtain lock"), transaction.atomic():
+            OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id)
+    finally:
+        release.set()
+        thread.join(30)
+    assert errors == []
+    with transaction.atomic():  # released with the holder's transaction
+        assert OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id).id == published.id
