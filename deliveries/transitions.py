@@ -9,7 +9,7 @@ from uuid import UUID
 
 from deliveries.events import DeliveryFailed
 from deliveries.models import Delivery
-from outbox.api import publish, withdraw_scheduled
+from outbox.api import locked_row, publish, withdraw_scheduled
 
 Status = Delivery.Status
 
@@ -37,7 +37,8 @@ def announce_about(delivery_id: UUID, event, *, at: datetime | None = None, ende
 
 
 def locked(delivery_id: UUID) -> Delivery | None:
-    return Delivery.objects.select_for_update().filter(id=delivery_id).first()
+    """The delivery, its row locked until the transaction ends; None if there is none."""
+    return locked_row(Delivery, delivery_id)
 
 
 def fail(delivery: Delivery, reason: str) -> None:

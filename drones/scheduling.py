@@ -23,7 +23,7 @@ from drones.events import (
 from drones.flights import flight_seconds, take_off
 from drones.geography import Point, distance_km, route_km
 from drones.models import Assignment, Drone
-from outbox.api import publish
+from outbox.api import locked_row, publish
 
 # A grounded drone's delivery goes back to the head of the line: no rank is earlier than this.
 HEAD_OF_LINE = datetime(2000, 1, 1, tzinfo=UTC)
@@ -252,9 +252,17 @@ def reserve(drone: Drone, assignment: Assignment, *, now: datetime) -> None:
         take_off(assignment, drone)
 
 
+def locked_drone(drone_id) -> Drone:
+    """An assignment's drone, locked (as `.get()` does, its absence is an error of its own)."""
+    drone = locked_row(Drone, drone_id)
+    if drone is None:
+        raise Drone.DoesNotExist(f"drone {drone_id} does not exist")
+    return drone
+
+
 def free(assignment: Assignment, *, reason: str) -> Drone:
     """Give the assignment's drone back to the fleet, where it is now, and say so (`drone.released`)."""
-    drone = Drone.objects.select_for_update().get(pk=assignment.drone_id)
+    drone = locked_drone(assignment.drone_id)
     if drone.delivery_id == assignment.delivery_id:
         drone.delivery_id = None
         if assignment.status == Assignment.Status.FLYING:  # it landed at the drop-off

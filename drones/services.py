@@ -13,14 +13,14 @@ from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToSe
 from drones.flights import take_off
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
-from outbox.api import atomic, publish
+from outbox.api import atomic, locked_row, publish
 
 FLEET_NAMESPACE = uuid.UUID("6f1c9f5e-4a35-4c1e-9a53-0d2a3c1b8e77")
 BEFORE_TAKEOFF = (Assignment.Status.PLANNED, Assignment.Status.WAITING, Assignment.Status.RESERVED)
 
 
 def _locked(delivery_id: UUID) -> Assignment | None:
-    return Assignment.objects.select_for_update().filter(delivery_id=delivery_id).first()
+    return locked_row(Assignment, delivery_id)
 
 
 def _untouched(assignment: Assignment | None) -> Assignment | None:
@@ -163,7 +163,7 @@ def start_flight(*, delivery_id: UUID) -> Assignment | None:
             assignment.save(update_fields=["dispatched", "updated_at"])
             _untouched(assignment)
         elif assignment.status == Assignment.Status.RESERVED:
-            take_off(assignment, Drone.objects.select_for_update().get(pk=assignment.drone_id))
+            take_off(assignment, scheduling.locked_drone(assignment.drone_id))
         return assignment
 
 
@@ -174,9 +174,11 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
     late `delivery.requested` cannot reserve a drone for it; one still in line leaves the line.
     """
     with atomic():
-        assignment, created = Assignment.objects.select_for_update().get_or_create(
-            delivery_id=delivery_id, defaults={"status": Assignment.Status.RELEASED, "reason": reason}
-        )
+        assignment, created = _locked(delivery_id), False
+        if assignment is None:  # it ended before it was scheduled (or another release makes it meanwhile)
+            assignment, created = Assignment.objects.select_for_update().get_or_create(
+                delivery_id=delivery_id, defaults={"status": Assignment.Status.RELEASED, "reason": reason}
+            )
         if created or assignment.status in (Assignment.Status.RELEASED, Assignment.Status.REFUSED):
             return assignment
         drone = None
