@@ -2,6 +2,7 @@
 
 from uuid import UUID
 
+from django.db import connection
 from django.utils import timezone
 
 from deliveries.confirmation import AWAITED, await_confirmation
@@ -18,9 +19,25 @@ def record_position(*, delivery_id: UUID, location: dict) -> int:
     number of deliveries it moved, 0 for one no longer in transit.
 
     One UPDATE, not a locked read and a save: five reports a flight, and nothing else in the
-    row is read or announced, so the row lock the UPDATE takes is all the ordering it needs."""
-    in_transit = Delivery.objects.filter(id=delivery_id, status=Status.IN_TRANSIT)
-    return in_transit.update(last_known_location=location, updated_at=timezone.now())
+    row is read or announced, so the row lock the UPDATE takes is all the ordering it needs.
+    Written as SQL (docs/architecture.md says when): the most frequent message of a flight, and
+    the ORM spent 0.25 ms of CPU building this UPDATE against 0.09 ms for sending it."""
+    values = [
+        _LOCATION.get_db_prep_save(location, connection),
+        _UPDATED_AT.get_db_prep_save(timezone.now(), connection),
+        Delivery._meta.pk.get_db_prep_value(delivery_id, connection),
+        Status.IN_TRANSIT,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_MOVE_IN_TRANSIT, values)
+        return cursor.rowcount
+
+
+_LOCATION, _UPDATED_AT = Delivery._meta.get_field("last_known_location"), Delivery._meta.get_field("updated_at")
+_MOVE_IN_TRANSIT = (
+    f'UPDATE "{Delivery._meta.db_table}" SET "{_LOCATION.column}" = %s, "{_UPDATED_AT.column}" = %s '
+    f'WHERE "{Delivery._meta.pk.column}" = %s AND "{Delivery._meta.get_field("status").column}" = %s'
+)
 
 
 def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
