@@ -19,6 +19,8 @@ def locked_row(model: type[M], key, *, using: str = "default") -> M | None:
     """The row of `model` whose primary key is `key`, locked until the transaction ends (where
     the database locks rows: not SQLite, whose writers are serialised); None if there is none.
     The row as its table has it: a default manager's filters, if the model has any, do not apply."""
+    if model._meta.parents:  # its parent's row and fields are another table's, which this does not read
+        raise TypeError(f"locked_row({model.__name__}): a model with multi-table inheritance is not supported")
     connection = connections[using]
     if not connection.in_atomic_block:  # as select_for_update() refuses: the lock would end at once
         raise TransactionManagementError(f"locked_row({model.__name__}) must run inside transaction.atomic()")

@@ -58,12 +58,12 @@ def _moved_cursor(subscriber: str, stream: str, sequence: int) -> int | None:
     return None if moved is None else moved[0]
 
 
-# `before` locks the cursor and reads where it stood (a concurrent mover is waited for, then its
-# commit read); the upsert moves it from there, or makes it at `sequence` with the steps before it
-# counted as gaps. The WHERE leaves a cursor made meanwhile by another transaction untouched (but
-# locked), and then nothing is returned.
+# `before` locks the cursor (as strongly as an UPDATE does, no more) and reads where it stood (a
+# concurrent mover is waited for, then its commit read); the upsert moves it from there, or makes
+# it at `sequence` with the steps before it counted as gaps. The WHERE leaves a cursor made
+# meanwhile by another transaction untouched (but locked), and then nothing is returned.
 _ADVANCE = (
-    "WITH before AS (SELECT last_sequence FROM {table} WHERE subscriber = %s AND stream = %s FOR UPDATE) "
+    "WITH before AS (SELECT last_sequence FROM {table} WHERE subscriber = %s AND stream = %s FOR NO KEY UPDATE) "
     "INSERT INTO {table} AS moved (subscriber, stream, last_sequence, gaps, stale) VALUES (%s, %s, %s, %s, 0) "
     "ON CONFLICT (subscriber, stream) DO UPDATE SET "
     "last_sequence = GREATEST(moved.last_sequence, EXCLUDED.last_sequence), "

@@ -5,11 +5,13 @@ import threading
 import pytest
 from django.db import OperationalError, connection, transaction
 from django.db.transaction import TransactionManagementError
+from django.test.utils import isolate_apps
 
 from outbox.core.locking import locked_row
 from outbox.core.publishing import publish
 from outbox.models import OutboxMessage
 from tests.probe.events import ProbeEchoed
+from tests.probe.models import Ping
 
 
 @pytest.mark.django_db
@@ -63,3 +65,15 @@ def test_the_lock_holds_until_the_transaction_ends():
     assert errors == []
     with transaction.atomic():  # released with the holder's transaction
         assert OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id).id == published.id
+
+
+@isolate_apps("tests.probe")  # the model below exists for this test only
+def test_a_model_with_multi_table_inheritance_is_refused_rather_than_half_read():
+    """Its parent's fields are in another table, which the one statement does not read or lock."""
+
+    class Special(Ping):
+        class Meta:
+            app_label = "probe"
+
+    with pytest.raises(TypeError, match="multi-table inheritance"):
+        locked_row(Special, 1)
