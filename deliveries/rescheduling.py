@@ -8,7 +8,7 @@ from django.utils import timezone
 from deliveries.deadlines import unmeetable
 from deliveries.events import DeliveryRescheduled, Location, priority_of
 from deliveries.models import Customer, Delivery
-from deliveries.timers import set_timers
+from deliveries.timers import timers_to_set
 from deliveries.transitions import Status, TooLate, announce
 from outbox.api import atomic
 
@@ -65,8 +65,8 @@ def reschedule_delivery(
                 priority=priority_of(expedited=delivery.expedited),
                 locations_changed=moved,
             ),
+            timers=timers_to_set(delivery, join=replan, deadline=deadline_moved),
         )
-        set_timers(delivery, join=replan, deadline=deadline_moved)
         delivery.save()
         return delivery
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequested, Location, PackageInfo, priority_of
 from deliveries.models import Customer, Delivery
-from deliveries.timers import set_timers
+from deliveries.timers import timers_to_set
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
 from outbox.api import atomic
 
@@ -107,8 +107,8 @@ def request_delivery(
                         tag=request.package_tag or None,
                     ),
                 ),
+                timers=timers_to_set(delivery),
             )
-            set_timers(delivery)
             return delivery, True
     except IntegrityError:
         # A concurrent request with the same key committed first, or the package is on its way already.

@@ -13,23 +13,21 @@ from django.utils import timezone
 
 from deliveries.events import DeliveryDeadlinePassed, DeliveryJoinTimedOut
 from deliveries.models import Delivery
-from deliveries.transitions import Status, announce, fail, locked
+from deliveries.transitions import Status, Timer, fail, locked
 from outbox.api import atomic
 
 
-def set_timers(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> None:
-    """Schedule the join timeout and the deadline as delayed events to this context itself."""
+def timers_to_set(delivery: Delivery, *, join: bool = True, deadline: bool = True) -> list[Timer]:
+    """The join timeout and the deadline, as delayed events to this context itself, for
+    `announce(..., timers=...)` to publish with the event that sets them."""
+    timers: list[Timer] = []
     if join:
         timeout = timedelta(seconds=settings.DELIVERY_JOIN_TIMEOUT_SECONDS)
-        announce(
-            delivery,
-            DeliveryJoinTimedOut(delivery_id=delivery.id, round=delivery.schedule_round),
-            at=timezone.now() + timeout,
-        )
+        due = timezone.now() + timeout
+        timers.append((DeliveryJoinTimedOut(delivery_id=delivery.id, round=delivery.schedule_round), due))
     if deadline and delivery.deadline:
-        announce(
-            delivery, DeliveryDeadlinePassed(delivery_id=delivery.id, deadline=delivery.deadline), at=delivery.deadline
-        )
+        timers.append((DeliveryDeadlinePassed(delivery_id=delivery.id, deadline=delivery.deadline), delivery.deadline))
+    return timers
 
 
 def expire_join(*, delivery_id: UUID, round: int = 1) -> Delivery | None:

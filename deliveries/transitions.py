@@ -4,14 +4,16 @@ Shared by the modules that split the context's services by subject (`services`, 
 `timers`, `flight`, `confirmation`, `rescheduling`); none of them publishes any other way.
 """
 
+from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
 from deliveries.events import DeliveryFailed
 from deliveries.models import Delivery
-from outbox.api import locked_row, publish, withdraw_scheduled
+from outbox.api import Event, locked_row, publish_many, withdraw_scheduled
 
 Status = Delivery.Status
+Timer = tuple[Event, datetime]  # a delayed event this context sends itself, and when it is due
 
 
 class TooLate(Exception):
@@ -22,18 +24,25 @@ class TooLate(Exception):
         self.reason = f"already_{status}"
 
 
-def announce(delivery: Delivery, event, *, at: datetime | None = None) -> None:
+def announce(delivery: Delivery, event, *, at: datetime | None = None, timers: Sequence[Timer] = ()) -> None:
     """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
-    announce_about(delivery.id, event, at=at, ended=delivery.is_terminal)
+    announce_about(delivery.id, event, at=at, ended=delivery.is_terminal, timers=timers)
 
 
-def announce_about(delivery_id: UUID, event, *, at: datetime | None = None, ended: bool = False) -> None:
+def announce_about(
+    delivery_id: UUID, event, *, at: datetime | None = None, ended: bool = False, timers: Sequence[Timer] = ()
+) -> None:
     """`ended`: the event tells the delivery's end, which withdraws the timers it set for itself
-    (its deadline, its join and wait timeouts): moot now, they would only linger as pending."""
+    (its deadline, its join and wait timeouts): moot now, they would only linger as pending.
+    `timers`: the delayed events set with it (`deliveries.timers.timers_to_set`), after it on the
+    stream and in the same statement (a request and its two timers: one INSERT, not three)."""
     stream = f"delivery:{delivery_id}"
     if ended:
         withdraw_scheduled(stream=stream)
-    publish(event, stream=stream, correlation_id=delivery_id, available_at=at)
+    events = [(event, at), *timers]
+    publish_many(
+        [event for event, _ in events], stream=stream, correlation_id=delivery_id, available_at=[t for _, t in events]
+    )
 
 
 def locked(delivery_id: UUID) -> Delivery | None:

@@ -66,15 +66,16 @@ def test_a_duplicate_sent_while_the_first_is_still_in_its_transaction_gets_409(c
     from deliveries import services
 
     body, inside, go, answers = delivery_request(), threading.Event(), threading.Event(), {}
-    set_timers = services.set_timers
+    timers_to_set = services.timers_to_set
 
-    def set_timers_then_pause(delivery, **kwargs):
-        set_timers(delivery, **kwargs)
+    def timers_then_pause(delivery, **kwargs):
+        timers = timers_to_set(delivery, **kwargs)
         if threading.current_thread().name == "first":
             inside.set()
             go.wait(20)  # the first request's transaction is open, its key held
+        return timers
 
-    monkeypatch.setattr(services, "set_timers", set_timers_then_pause)
+    monkeypatch.setattr(services, "timers_to_set", timers_then_pause)
 
     def send(name):
         try:
