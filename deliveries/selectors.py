@@ -4,6 +4,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -52,11 +53,17 @@ def timeline(delivery: Delivery, *, scheduled: bool = False) -> list[dict]:
 
 
 def customer_with_token(token: str) -> Customer | None:
-    """The customer a bearer token belongs to, if the token is neither revoked nor expired."""
-    found = (
-        CustomerToken.objects.select_related("customer")
-        .filter(token_hash=CustomerToken.hash_token(token), revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        .first()
-    )
-    return found.customer if found else None
+    """The customer a bearer token belongs to, if the token is neither revoked nor expired.
+
+    Written as SQL (docs/architecture.md says when): every API request is authenticated here,
+    and the ORM spent more CPU building this join than PostgreSQL spent running it."""
+    now = CustomerToken._meta.get_field("expires_at").get_db_prep_value(timezone.now(), connection)
+    return next(iter(Customer.objects.raw(_CUSTOMER_WITH_TOKEN, [CustomerToken.hash_token(token), now])), None)
+
+
+_CUSTOMER_WITH_TOKEN = (
+    f'SELECT customer.* FROM "{Customer._meta.db_table}" customer '
+    f'JOIN "{CustomerToken._meta.db_table}" token '
+    f'ON token."{CustomerToken._meta.get_field("customer").column}" = customer."{Customer._meta.pk.column}" '
+    "WHERE token.token_hash = %s AND token.revoked_at IS NULL AND (token.expires_at IS NULL OR token.expires_at > %s)"
+)
