@@ -39,10 +39,8 @@ def announce_about(
     stream = f"delivery:{delivery_id}"
     if ended:
         withdraw_scheduled(stream=stream)
-    events = [(event, at), *timers]
-    publish_many(
-        [event for event, _ in events], stream=stream, correlation_id=delivery_id, available_at=[t for _, t in events]
-    )
+    published, due = zip((event, at), *timers, strict=True)
+    publish_many(list(published), stream=stream, correlation_id=delivery_id, available_at=list(due))
 
 
 def locked(delivery_id: UUID) -> Delivery | None:
