@@ -47,3 +47,27 @@ def test_each_handler_execution_stays_within_its_statements(fleet):
 def test_an_accepted_request_stays_within_its_statements(customer, fleet):
     counted = statement_counts.one_delivery(client=customer.client, body=delivery_request())
     assert len(counted.request) == REQUEST_STATEMENTS, "\n".join(counted.request)
+
+
+@pytest.mark.django_db
+def test_a_stale_copy_without_a_letter_is_not_looked_up_among_the_letters(customer, fleet, choreography):
+    """Workers reorder a stream's reports as a matter of course (1.8 stale copies a delivery in the
+    bench): only the inbox insert, which already says whether the copy has a letter, reads the letters."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from outbox.handling.dispatch import dispatch
+    from outbox.models import DeadLetter
+    from tests.factories import requested
+
+    delivery_id = requested(customer)
+    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, *_, last = choreography.pending(delivery_id, "drone.position_reported")
+    choreography.hand_over(last)
+
+    with CaptureQueriesContext(connection) as statements:
+        assert dispatch(subscriber="deliveries", body=first.envelope()) is False  # stale
+
+    letters = DeadLetter._meta.db_table
+    reading_letters = [query["sql"] for query in statements.captured_queries if letters in query["sql"]]
+    assert len(reading_letters) == 1 and reading_letters[0].startswith("INSERT"), reading_letters

@@ -230,7 +230,10 @@ def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
         if sub.ordered:
             position = advance(subscriber=sub.subscriber, stream=envelope.stream, sequence=envelope.sequence)
             if position == Position.STALE:
-                close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
+                # Workers reorder a stream's events as a matter of course, so most stale copies have
+                # no letter: only a replayed one (which the inbox insert saw) has one to close.
+                if dead_lettered:
+                    close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
                 return "stale"
         with handling(envelope):
             sub.handler(Received(envelope=envelope, payload=payload))
