@@ -19,7 +19,7 @@ from django.utils import timezone
 from deliveries.events import DeliveryCompleted, DeliveryConfirmationRequested, DeliveryConfirmationTimedOut
 from deliveries.models import Customer, Delivery
 from deliveries.transitions import Status, TooLate, announce, fail, locked
-from outbox.api import atomic
+from outbox.api import atomic, save_fields
 
 AWAITED = ("confirmation_token_id", "confirmation_token_hash")  # what await_confirmation sets beside the status
 
@@ -49,7 +49,7 @@ def issue_confirmation_token(*, delivery_id: UUID, customer: Customer) -> str:
             raise TooLate(delivery.status, "given a confirmation token")
         token = secrets.token_urlsafe(32)
         delivery.confirmation_token_hash = _digest(token)
-        delivery.save(update_fields=["confirmation_token_hash", "updated_at"])
+        save_fields(delivery, ["confirmation_token_hash", "updated_at"])
         return token
 
 

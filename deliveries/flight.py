@@ -9,7 +9,7 @@ from deliveries.confirmation import AWAITED, await_confirmation
 from deliveries.events import DeliveryCompleted
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
-from outbox.api import atomic
+from outbox.api import atomic, save_fields
 
 LATE = "late"  # the status reason of a delivery that reached its drop-off after its deadline
 
@@ -56,5 +56,5 @@ def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
             announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
         else:
             await_confirmation(delivery)
-        delivery.save(update_fields=["last_known_location", "status", "status_reason", *AWAITED, "updated_at"])
+        save_fields(delivery, ["last_known_location", "status", "status_reason", *AWAITED, "updated_at"])
         return delivery

@@ -10,7 +10,7 @@ from django.utils import timezone
 from deliveries.events import DeliveryDispatched, DeliveryWaitTimedOut
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
-from outbox.api import atomic
+from outbox.api import atomic, save_fields
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
@@ -20,7 +20,7 @@ def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
             return delivery
         delivery.package_ready = True
         dispatch_when_ready(delivery)
-        delivery.save(update_fields=["package_ready", *JOINED])
+        save_fields(delivery, ["package_ready", *JOINED])
         return delivery
 
 
@@ -43,7 +43,7 @@ def record_drone_scheduled(
         if delivery.status in Delivery.BEFORE_DISPATCH:
             delivery.status, delivery.status_reason = Status.SCHEDULED, ""
         dispatch_when_ready(delivery)
-        delivery.save(update_fields=["drone_id", "eta", "pickup_eta", "drone_scheduled_at", "status_reason", *JOINED])
+        save_fields(delivery, ["drone_id", "eta", "pickup_eta", "drone_scheduled_at", "status_reason", *JOINED])
         return delivery
 
 

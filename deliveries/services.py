@@ -16,7 +16,7 @@ from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequest
 from deliveries.models import Customer, Delivery
 from deliveries.timers import timers_to_set
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
-from outbox.api import atomic
+from outbox.api import atomic, save_fields
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def record_compensation(*, delivery_id: UUID, done: str) -> None:
         delivery = locked(delivery_id)
         if delivery is not None and done not in delivery.compensations:
             delivery.compensations = [*delivery.compensations, done]
-            delivery.save(update_fields=["compensations", "updated_at"])
+            save_fields(delivery, ["compensations", "updated_at"])
 
 
 def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None = None) -> bool:

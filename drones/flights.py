@@ -8,7 +8,7 @@ from django.utils import timezone
 from drones.events import DroneArrived, DronePositionReported
 from drones.geography import Point, route_km, waypoints
 from drones.models import Assignment, Drone
-from outbox.api import publish_many
+from outbox.api import publish_many, save_fields
 
 
 def flight_seconds(km: float, drone: Drone) -> float:
@@ -54,7 +54,7 @@ def take_off(assignment: Assignment, drone: Drone) -> None:
         available_at=[at for _, at in schedule],
     )
     drone.status = Drone.Status.IN_FLIGHT
-    drone.save(update_fields=["status", "updated_at"])
+    save_fields(drone, ["status", "updated_at"])
     assignment.status, assignment.takeoff_at = Assignment.Status.FLYING, start
     assignment.eta = start + timedelta(seconds=seconds)
-    assignment.save(update_fields=["status", "takeoff_at", "eta", "updated_at"])
+    save_fields(assignment, ["status", "takeoff_at", "eta", "updated_at"])

@@ -23,7 +23,7 @@ from drones.events import (
 from drones.flights import flight_seconds, take_off
 from drones.geography import Point, distance_km, route_km
 from drones.models import Assignment, Drone
-from outbox.api import locked_row, publish
+from outbox.api import locked_row, publish, save_fields
 
 # A grounded drone's delivery goes back to the head of the line: no rank is earlier than this.
 HEAD_OF_LINE = datetime(2000, 1, 1, tzinfo=UTC)
@@ -228,7 +228,7 @@ def _expected_pickup(assignment: Assignment, *, now: datetime) -> datetime | Non
 def reserve(drone: Drone, assignment: Assignment, *, now: datetime) -> None:
     """Give `assignment` the (locked, free) `drone`; it takes off in time to be at the pickup at pickup time."""
     drone.status, drone.delivery_id, drone.missions = Drone.Status.RESERVED, assignment.delivery_id, drone.missions + 1
-    drone.save(update_fields=["status", "delivery_id", "missions", "updated_at"])
+    save_fields(drone, ["status", "delivery_id", "missions", "updated_at"])
     approach = flight_seconds(distance_km(position(drone), _pickup(assignment)), drone)
     takeoff = now
     if assignment.pickup_time is not None:
@@ -269,7 +269,7 @@ def free(assignment: Assignment, *, reason: str) -> Drone:
             drone.latitude, drone.longitude = assignment.dropoff_latitude, assignment.dropoff_longitude
         if drone.status != Drone.Status.MAINTENANCE:
             drone.status = Drone.Status.AVAILABLE
-        drone.save(update_fields=["status", "delivery_id", "latitude", "longitude", "updated_at"])
+        save_fields(drone, ["status", "delivery_id", "latitude", "longitude", "updated_at"])
     publish(
         DroneReleased(delivery_id=assignment.delivery_id, drone_id=drone.id, reason=reason),
         stream=f"drone:{drone.id}",

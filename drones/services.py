@@ -13,7 +13,7 @@ from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToSe
 from drones.flights import take_off
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
-from outbox.api import atomic, locked_row, publish
+from outbox.api import atomic, locked_row, publish, save_fields
 
 FLEET_NAMESPACE = uuid.UUID("6f1c9f5e-4a35-4c1e-9a53-0d2a3c1b8e77")
 BEFORE_TAKEOFF = (Assignment.Status.PLANNED, Assignment.Status.WAITING, Assignment.Status.RESERVED)
@@ -160,7 +160,7 @@ def start_flight(*, delivery_id: UUID) -> Assignment | None:
         if assignment.status in (Assignment.Status.PLANNED, Assignment.Status.WAITING):
             # Its drone was grounded after the delivery had left: the next drone it gets flies at once.
             assignment.dispatched = True
-            assignment.save(update_fields=["dispatched", "updated_at"])
+            save_fields(assignment, ["dispatched", "updated_at"])
             _untouched(assignment)
         elif assignment.status == Assignment.Status.RESERVED:
             take_off(assignment, scheduling.locked_drone(assignment.drone_id))
@@ -196,7 +196,7 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
         ):
             drone = scheduling.free(assignment, reason=reason)
         assignment.status, assignment.reason = Assignment.Status.RELEASED, reason
-        assignment.save(update_fields=["status", "reason", "updated_at"])
+        save_fields(assignment, ["status", "reason", "updated_at"])
         if drone is not None:
             scheduling.find_work(drone)
         return assignment
@@ -211,7 +211,7 @@ def park_at_base(*, drone_id: UUID, mission: int) -> Drone | None:
                 scheduling.find_work(drone, fly_home=False)  # a later return flight is on its way, if any
             return drone
         drone.latitude, drone.longitude = drone.home_latitude, drone.home_longitude
-        drone.save(update_fields=["latitude", "longitude", "updated_at"])
+        save_fields(drone, ["latitude", "longitude", "updated_at"])
         scheduling.find_work(drone)
         return drone
 
@@ -303,7 +303,7 @@ def ground_drone(*, drone_id: UUID) -> Drone:
         if drone.status != Drone.Status.AVAILABLE and not reserved:
             raise DroneBusy(f"{drone.name} is {drone.status} for delivery {drone.delivery_id}")
         drone.status, drone.delivery_id = Drone.Status.MAINTENANCE, None
-        drone.save(update_fields=["status", "delivery_id", "updated_at"])
+        save_fields(drone, ["status", "delivery_id", "updated_at"])
         publish(DroneGrounded(drone_id=drone.id), stream=f"drone:{drone.id}")
         if reserved:
             assignment.drone, assignment.takeoff_at, assignment.eta = None, None, None
@@ -320,7 +320,7 @@ def return_drone_to_service(*, drone_id: UUID) -> Drone:
         back = drone.status == Drone.Status.MAINTENANCE
         if back:
             drone.status = Drone.Status.AVAILABLE
-            drone.save(update_fields=["status", "updated_at"])
+            save_fields(drone, ["status", "updated_at"])
             publish(DroneReturnedToService(drone_id=drone.id), stream=f"drone:{drone.id}")
         # Also for one already in service (a second click): this transaction held a free drone's
         # row, which a delivery joining the line meanwhile skipped.

@@ -11,7 +11,7 @@ from django.utils.module_loading import import_string
 
 from notifications.events import NotificationDue
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.api import atomic, publish
+from outbox.api import atomic, publish, save_fields
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def send_message(*, sent_message_id: int) -> SentMessage | None:
         else:
             import_string(settings.NOTIFICATIONS_SMS_SENDER)(to=message.request.sms, text=notification.message)
         message.sent_at = timezone.now()
-        message.save(update_fields=["sent_at"])
+        save_fields(message, ["sent_at"])
         return message
 
 

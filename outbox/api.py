@@ -13,6 +13,7 @@ Publishing: state and its events in one transaction
     publish_many        several events on one stream, in order, in one statement (a schedule of timers)
     atomic              the transaction a service's change and its events share (joins a handler's)
     locked_row          the row a service changes, read by its key and locked (its statement written once)
+    save_fields         save(update_fields=...) of that row, its UPDATE written once per set of fields
     withdraw_scheduled  take back a stream's events still scheduled for later (timers made moot)
     PublishOutsideTransaction, EventTooLarge   what publish refuses
 
@@ -47,6 +48,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "publish_many": ("outbox.core.publishing", "publish_many"),
     "atomic": ("outbox.core.publishing", "atomic"),
     "locked_row": ("outbox.core.locking", "locked_row"),
+    "save_fields": ("outbox.core.saving", "save_fields"),
     "withdraw_scheduled": ("outbox.core.publishing", "withdraw_scheduled"),
     "PublishOutsideTransaction": ("outbox.core.publishing", "PublishOutsideTransaction"),
     "EventTooLarge": ("outbox.core.publishing", "EventTooLarge"),
@@ -74,6 +76,7 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
     "publish_many",
     "atomic",
     "locked_row",
+    "save_fields",
     "withdraw_scheduled",
     "PublishOutsideTransaction",
     "EventTooLarge",
@@ -127,5 +130,6 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
         publish_many,
         withdraw_scheduled,
     )
+    from outbox.core.saving import save_fields
     from outbox.core.subscriptions import Received, subscribe, when_unprocessable
     from outbox.management.arguments import duration_in_days, number, whole_number

@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.conf import settings
 
-from outbox.api import atomic, publish
+from outbox.api import atomic, publish, save_fields
 from packages.events import PackageCancelled, PackageReady, PackageRejected
 from packages.models import Package
 
@@ -82,7 +82,7 @@ def cancel_package(*, delivery_id: UUID, reason: str) -> Package:
             return package
         was_ready = package.status in (Package.Status.READY, Package.Status.IN_TRANSIT)
         package.status, package.reason = Package.Status.CANCELLED, reason
-        package.save(update_fields=["status", "reason", "updated_at"])
+        save_fields(package, ["status", "reason", "updated_at"])
         if was_ready:
             publish(
                 PackageCancelled(delivery_id=delivery_id, package_id=package.package_id, reason=reason),

@@ -141,15 +141,15 @@ def test_a_waiting_row_held_by_the_dispatch_news_does_not_strand_a_drone_back_in
     services.ground_drone(drone_id=drone.pk)  # the delivery goes back in line, at its head
 
     def pause_after_marking_dispatched(reached, go):
-        save = Assignment.save
+        save_fields = services.save_fields
 
-        def save_then_pause(self, *args, **kwargs):
-            save(self, *args, **kwargs)
-            if kwargs.get("update_fields") == ["dispatched", "updated_at"]:
+        def save_then_pause(instance, fields, **kwargs):
+            save_fields(instance, fields, **kwargs)
+            if isinstance(instance, Assignment) and list(fields) == ["dispatched", "updated_at"]:
                 reached.set()
                 go.wait(10)
 
-        monkeypatch.setattr(Assignment, "save", save_then_pause)
+        monkeypatch.setattr(services, "save_fields", save_then_pause)
 
     one_paused_while_another_runs(
         lambda: services.start_flight(delivery_id=delivery_id),

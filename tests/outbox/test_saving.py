@@ -1,0 +1,95 @@
+"""`save_fields()`: what `save(update_fields=...)` writes, from a statement written once per shape."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from drones.models import Drone
+from drones.services import seed_fleet
+from outbox.core.publishing import publish
+from outbox.core.saving import save_fields
+from outbox.models import OutboxMessage
+from tests.probe.events import ProbeEchoed
+
+CHANGED = ("type", "payload", "available_at", "causation_id", "claimed_by", "send_attempts", "recipients")
+
+
+def _published(n: int) -> OutboxMessage:
+    with transaction.atomic():
+        return publish(ProbeEchoed(n=n), stream=f"save:{uuid.uuid4().hex[:8]}")
+
+
+AVAILABLE_AT = timezone.now() + timedelta(days=3)
+CAUSATION = uuid.uuid4()
+
+
+def _change(row: OutboxMessage) -> None:
+    row.type, row.payload = "probe.changed", {"n": 2, "nested": ["ü", None, 1.5]}
+    row.available_at = AVAILABLE_AT
+    row.causation_id, row.claimed_by, row.send_attempts, row.recipients = CAUSATION, "me", 4, ["a", "b"]
+
+
+@pytest.mark.django_db
+def test_it_writes_what_save_update_fields_writes_and_nothing_else():
+    mine, theirs = _published(1), _published(1)
+    for row in (mine, theirs):
+        _change(row)
+        row.stream = "not written: not named"
+    save_fields(mine, CHANGED)
+    theirs.save(update_fields=CHANGED)
+
+    mine_read, theirs_read = OutboxMessage.objects.get(pk=mine.pk), OutboxMessage.objects.get(pk=theirs.pk)
+    for name in CHANGED:  # JSON, an aware time, a UUID, text and numbers, each as the ORM wrote it
+        assert getattr(mine_read, name) == getattr(theirs_read, name) == getattr(mine, name), name
+    assert mine_read.stream.startswith("save:") and theirs_read.stream.startswith("save:")
+
+
+@pytest.mark.django_db
+def test_auto_now_moves_as_with_save_and_attnames_are_taken():
+    seed_fleet(count=1, latitude=25.03, longitude=121.56)
+    drone = Drone.objects.get()
+    before = drone.updated_at
+    drone.status, drone.delivery_id = Drone.Status.RESERVED, uuid.uuid4()
+    save_fields(drone, ["status", "delivery_id", "updated_at"])
+
+    read = Drone.objects.get(pk=drone.pk)
+    assert (read.status, read.delivery_id) == (Drone.Status.RESERVED, drone.delivery_id)
+    assert read.updated_at == drone.updated_at > before
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_statement_is_one_update_of_the_named_columns():
+    row = _published(2)
+    _change(row)
+    with CaptureQueriesContext(connection) as statements:
+        save_fields(row, ["send_attempts", "claimed_by"])
+    assert [query["sql"].split(" SET ")[0] for query in statements.captured_queries] == [
+        'UPDATE "outbox_outboxmessage"'
+    ]
+    assert statements.captured_queries[0]["sql"].count("=") == 3  # two columns and the key
+
+
+@pytest.mark.django_db
+def test_a_row_that_is_gone_fails_as_save_update_fields_does():
+    row = _published(3)
+    OutboxMessage.objects.filter(pk=row.pk).delete()
+    row.send_attempts = 9
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        save_fields(row, ["send_attempts"])
+
+
+@pytest.mark.django_db
+def test_an_expression_goes_through_save_and_an_unknown_field_is_refused():
+    row = _published(4)
+    row.send_attempts = F("send_attempts") + 2
+    save_fields(row, ["send_attempts"])
+    assert OutboxMessage.objects.get(pk=row.pk).send_attempts == 2
+
+    with pytest.raises(ValueError, match="no field nonsense"):
+        save_fields(row, ["nonsense"])
