@@ -177,17 +177,25 @@ def drain_with_relay_processes(processes: int, *, database_url: str) -> float:
     go, done = spawn.Event(), spawn.Queue()
     readies = [spawn.Event() for _ in range(processes)]
     children = [spawn.Process(target=relay_process, args=(env, r, go, done)) for r in readies]
-    for child in children:
-        child.start()
-    for ready in readies:
-        if not ready.wait(120):
-            raise RuntimeError("a relay process did not start within 120 s")
-    began = time.perf_counter()
-    go.set()
-    relayed = sum(done.get(timeout=600) for _ in children)
-    elapsed = time.perf_counter() - began
-    for child in children:
-        child.join(30)
+    try:
+        for child in children:
+            child.start()
+        for ready in readies:
+            if not ready.wait(120):
+                raise RuntimeError("a relay process did not start within 120 s")
+        began = time.perf_counter()
+        go.set()
+        relayed = sum(done.get(timeout=600) for _ in children)
+        elapsed = time.perf_counter() - began
+        for child in children:
+            child.join(30)
+    finally:
+        # Stopped meanwhile (Ctrl-C, SIGTERM) or failed: a relay still draining, or waiting to hand
+        # its count to a parent that no longer reads it, would keep the bench from ever exiting.
+        for child in children:
+            if child.is_alive():
+                child.kill()
+                child.join(10)
     unpublished = OutboxMessage.objects.filter(published_at__isnull=True).count()
     if unpublished:
         raise RuntimeError(f"{unpublished} rows left unpublished after {relayed} were relayed")
