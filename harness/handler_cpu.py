@@ -28,7 +28,7 @@ from harness.statement_counts import happy_path
 from outbox.handling.dispatch import dispatch
 
 
-def _backend_runtime_ns(pid: int) -> int:
+def backend_runtime_ns(pid: int) -> int:
     """CPU the backend has run, in nanoseconds (its first field of schedstat; it is on the
     same machine: the harness refuses a remote database)."""
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
@@ -45,9 +45,9 @@ class TimedChoreography(Choreography):
 
     def dispatch(self, subscriber, row):
         body = row.envelope()  # a worker gets it decoded from the broker: not the handler's cost
-        python, database = time.process_time_ns(), _backend_runtime_ns(self.backend_pid)
+        python, database = time.process_time_ns(), backend_runtime_ns(self.backend_pid)
         dispatch(subscriber=subscriber, body=body)
-        self.database_ns[(subscriber, row.type)].append(_backend_runtime_ns(self.backend_pid) - database)
+        self.database_ns[(subscriber, row.type)].append(backend_runtime_ns(self.backend_pid) - database)
         self.python_ns[(subscriber, row.type)].append(time.process_time_ns() - python)
 
 

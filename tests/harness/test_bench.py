@@ -11,6 +11,7 @@ from tests.processes import MANAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
 
+MESSAGE_BY_KIND = ("message_workers", "message_database", "message_broker")
 CPU_BY_KIND = ("cpu_web", "cpu_relay", "cpu_workers", "cpu_postgresql", "cpu_rabbitmq", "cpu_bench")
 
 
@@ -20,6 +21,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     command += ["--latency-rates", "20", "--latency-seconds", "2", "--history", "300"]
     command += ["--api-clients", "2", "--api-seconds", "2", "--deliveries", "5", "--drones", "5"]
     command += ["--embedded-deliveries", "2", "--sweep-seconds", "5", "--handler-deliveries", "2"]
+    command += ["--worker-messages", "30"]
     # A bound on a hang, not a timing: beside a CPU-bound step it took 238 s here, 72 s alone.
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
 
@@ -36,6 +38,11 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "healthz_in_process",
         "handler_cpu_python",
         "handler_cpu_database",
+        "message_in_process",
+        "message_in_process_python",
+        "message_in_process_database",
+        "message_through_workers",
+        *MESSAGE_BY_KIND,
         "publish",
         "publish_bare",
         "sweep",
@@ -63,6 +70,11 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     # CPU by kind of process adds up to the whole; a kind idle for a second may read 0 (10-ms ticks).
     by_kind = [result["figures"].pop(kind)["median"] for kind in CPU_BY_KIND]
     assert min(by_kind) >= 0 and sum(by_kind) == pytest.approx(result["figures"]["cpu_per_delivery"]["median"])
+    by_kind = [result["figures"].pop(kind)["median"] for kind in MESSAGE_BY_KIND]  # one run: medians add up
+    assert min(by_kind) >= 0 and sum(by_kind) == pytest.approx(result["figures"]["message_through_workers"]["median"])
+    here = [result["figures"].pop(f"message_in_process_{side}")["median"] for side in ("python", "database")]
+    assert min(here) > 0 and sum(here) == pytest.approx(result["figures"]["message_in_process"]["median"])
+    assert result["figures"]["message_through_workers"]["reference"] == "message_in_process"
     assert result["figures"]["publish"]["reference"] == "publish_bare"
     assert result["figures"]["api_accepted"]["reference"] == "api_floor"
     assert result["figures"]["cpu_per_delivery"]["reference"] == "healthz_cpu"  # judged in /healthz units

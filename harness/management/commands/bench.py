@@ -10,7 +10,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from drones.services import seed_fleet
-from harness import bench, bench_floors, bench_processes, bench_sweep, handler_cpu, statement_counts
+from harness import (
+    bench,
+    bench_floors,
+    bench_processes,
+    bench_sweep,
+    handler_cpu,
+    message_cost,
+    statement_counts,
+)
 from harness.scratch import scratch_run
 from outbox.management.arguments import comma_separated, number, whole_number
 
@@ -65,6 +73,12 @@ class Command(BaseCommand):
             default=30,
             help="Deliveries whose handler executions are timed in one process, each run (0: skip it).",
         )
+        parser.add_argument(
+            "--worker-messages",
+            type=optional_count,
+            default=1000,
+            help="Messages of one handler timed in one process and again through the workers, each run (0: skip it).",
+        )
         parser.add_argument("--embedded-rate", type=positive, default=2.0, help="Their requests a second.")
         parser.add_argument(
             "--history",
@@ -95,6 +109,8 @@ class Command(BaseCommand):
                 figures = self._measure_statements()
                 if options["handler_deliveries"]:
                     figures |= self._measure_handler_cpu(runs=runs, deliveries=options["handler_deliveries"])
+                if options["worker_messages"]:
+                    figures |= self._measure_message_cost(scratch, runs=runs, messages=options["worker_messages"])
                 figures |= self._measure(
                     scratch,
                     events=events,
@@ -322,6 +338,36 @@ class Command(BaseCommand):
             self.stdout.write(f"  {subscriber:<14} {event_type:<26} {python:>6.2f} {database:>6.2f}")
         for figure in figures.values():
             self._progress(figure)
+        return figures
+
+    def _measure_message_cost(self, scratch, *, runs: int, messages: int) -> dict[str, bench.Figure]:
+        """One handler's messages dispatched in this process, and as many through RabbitMQ and the
+        workers (harness.message_cost): what a worker adds to every message, whatever the handler."""
+        setup = f"packages' delivery.requested, {messages:,} messages each way"
+        figures = {
+            "message_in_process": bench.Figure(
+                "a message dispatched in process, CPU with its backend's (reference)", "ms", note=setup
+            ),
+            "message_in_process_python": bench.Figure("  of which this process", "ms"),
+            "message_in_process_database": bench.Figure("  of which its backend", "ms"),
+            "message_through_workers": bench.Figure(
+                "the same through RabbitMQ and 2 workers, all CPU", "ms", reference="message_in_process", note=setup
+            ),
+            "message_workers": bench.Figure("  of which the workers", "ms"),
+            "message_database": bench.Figure("  of which PostgreSQL", "ms"),
+            "message_broker": bench.Figure("  of which RabbitMQ", "ms"),
+        }
+        for _ in range(runs):
+            cost = message_cost.measure(messages=messages, env=scratch.env())
+            figures["message_in_process"].values.append(cost.in_process)
+            figures["message_in_process_python"].values.append(cost.in_process_python)
+            figures["message_in_process_database"].values.append(cost.in_process_database)
+            figures["message_through_workers"].values.append(cost.through_workers)
+            figures["message_workers"].values.append(cost.workers)
+            figures["message_database"].values.append(cost.database)
+            figures["message_broker"].values.append(cost.broker)
+            for figure in figures.values():
+                self._progress(figure)
         return figures
 
     def _measure_embedded(self, *, runs: int, deliveries: int, rate: float) -> dict[str, bench.Figure]:
