@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.conf import settings
 
-from outbox.api import atomic, publish, save_fields
+from outbox.api import atomic, locked_row, publish, save_fields
 from packages.events import PackageCancelled, PackageReady, PackageRejected
 from packages.models import Package
 
@@ -28,7 +28,7 @@ def fitness_problem(*, size: str, weight_kg: float) -> str | None:
 def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_kg: float, tag: str = "") -> Package:
     """Create the delivery's package and say whether it can fly; a repeated request changes nothing."""
     with atomic():
-        existing = Package.objects.select_for_update().filter(delivery_id=delivery_id).first()
+        existing = locked_row(Package, delivery_id)
         if existing is not None:  # the same request again, or a delivery that already ended
             return existing
         reason = fitness_problem(size=size, weight_kg=weight_kg)
