@@ -16,7 +16,7 @@ from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequest
 from deliveries.models import Customer, Delivery
 from deliveries.timers import timers_to_set
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
-from outbox.api import atomic, save_fields
+from outbox.api import atomic, insert_row, save_fields
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def request_delivery(
                 request_fingerprint=fingerprint if idempotency_key else "",
             )
             delivery.first_answer = answer(delivery)  # from the fields alone: written with them, in one INSERT
-            delivery.save(force_insert=True)
+            insert_row(delivery)
             announce(
                 delivery,
                 DeliveryRequested(

@@ -23,7 +23,7 @@ from drones.events import (
 from drones.flights import flight_seconds, take_off
 from drones.geography import Point, distance_km, route_km
 from drones.models import Assignment, Drone
-from outbox.api import locked_row, publish, save_fields
+from outbox.api import insert_row, locked_row, publish, save_fields
 
 # A grounded drone's delivery goes back to the head of the line: no rank is earlier than this.
 HEAD_OF_LINE = datetime(2000, 1, 1, tzinfo=UTC)
@@ -67,7 +67,10 @@ def _save(assignment: Assignment) -> None:
     """A new assignment is inserted, never saved by an UPDATE first: a tombstone that a concurrent
     cancellation committed meanwhile (keyed by the same delivery) is then a conflict, retried,
     instead of being silently overwritten by a live reservation."""
-    assignment.save(force_insert=assignment._state.adding)
+    if assignment._state.adding:
+        insert_row(assignment)
+    else:
+        assignment.save()
 
 
 def _announce(assignment: Assignment, event) -> None:

@@ -14,6 +14,7 @@ Publishing: state and its events in one transaction
     atomic              the transaction a service's change and its events share (joins a handler's)
     locked_row          the row a service changes, read by its key and locked (its statement written once)
     save_fields         save(update_fields=...) of that row, its UPDATE written once per set of fields
+    insert_row          save(force_insert=True) of a new row, its INSERT written once per model
     withdraw_scheduled  take back a stream's events still scheduled for later (timers made moot)
     PublishOutsideTransaction, EventTooLarge   what publish refuses
 
@@ -49,6 +50,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "atomic": ("outbox.core.publishing", "atomic"),
     "locked_row": ("outbox.core.locking", "locked_row"),
     "save_fields": ("outbox.core.saving", "save_fields"),
+    "insert_row": ("outbox.core.saving", "insert_row"),
     "withdraw_scheduled": ("outbox.core.publishing", "withdraw_scheduled"),
     "PublishOutsideTransaction": ("outbox.core.publishing", "PublishOutsideTransaction"),
     "EventTooLarge": ("outbox.core.publishing", "EventTooLarge"),
@@ -77,6 +79,7 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
     "atomic",
     "locked_row",
     "save_fields",
+    "insert_row",
     "withdraw_scheduled",
     "PublishOutsideTransaction",
     "EventTooLarge",
@@ -130,6 +133,6 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
         publish_many,
         withdraw_scheduled,
     )
-    from outbox.core.saving import save_fields
+    from outbox.core.saving import insert_row, save_fields
     from outbox.core.subscriptions import Received, subscribe, when_unprocessable
     from outbox.management.arguments import duration_in_days, number, whole_number

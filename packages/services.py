@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.conf import settings
 
-from outbox.api import atomic, locked_row, publish, save_fields
+from outbox.api import atomic, insert_row, locked_row, publish, save_fields
 from packages.events import PackageCancelled, PackageReady, PackageRejected
 from packages.models import Package
 
@@ -32,7 +32,7 @@ def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_k
         if existing is not None:  # the same request again, or a delivery that already ended
             return existing
         reason = fitness_problem(size=size, weight_kg=weight_kg)
-        package = Package.objects.create(
+        package = Package(
             delivery_id=delivery_id,
             package_id=package_id,
             size=size,
@@ -41,6 +41,7 @@ def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_k
             status=Package.Status.REJECTED if reason else Package.Status.READY,
             reason=reason or "",
         )
+        insert_row(package)
         if reason:
             publish(
                 PackageRejected(delivery_id=delivery_id, package_id=package_id, reason=reason),

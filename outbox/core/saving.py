@@ -1,4 +1,5 @@
-"""`save_fields()`: `instance.save(update_fields=...)` with its statement written once per shape.
+"""`save_fields()` and `insert_row()`: `save(update_fields=...)` and `save(force_insert=True)`
+with their statements written once per shape.
 
 A handler's service changes a few fields of the row it locked (`locked_row`) and saves them.
 Through `save(update_fields=...)` Django builds a queryset, a query and an UPDATE compiler and
@@ -11,6 +12,11 @@ What it leaves out, on purpose: the `pre_save`/`post_save` signals (no model of 
 listens to them) and a model's own `save()` override (refused: that logic would be skipped).
 A value that is an expression (`F("n") + 1`), or a field that writes its own placeholder, goes
 through `save(update_fields=...)` as before.
+
+`insert_row()` does the same for a new row: its INSERT of every column written once per model,
+`pre_save(add=True)` (so `auto_now_add` is set) and `get_db_prep_save()` for each value. A row
+whose key the database must choose (an auto-increment key) or that holds an expression goes
+through `save(force_insert=True)`, which reads back what the database chose.
 """
 
 from collections.abc import Iterable
@@ -18,6 +24,7 @@ from collections.abc import Iterable
 from django.db import DatabaseError, connections, models
 
 _statements: dict[tuple[type[models.Model], tuple[str, ...], str], tuple[str, tuple[models.Field, ...]]] = {}
+_inserts: dict[tuple[type[models.Model], str], tuple[str, tuple[models.Field, ...]]] = {}
 
 
 def save_fields(instance: models.Model, fields: Iterable[str], *, using: str | None = None) -> None:
@@ -59,4 +66,41 @@ def _statement_for(model: type[models.Model], names: tuple[str, ...], connection
     assignments = ", ".join(f"{quote(field.column)} = %s" for field in to_write)
     sql = f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {quote(model._meta.pk.column)} = %s"
     _statements[(model, names, connection.vendor)] = (sql, to_write)
+    return sql, to_write
+
+
+def insert_row(instance: models.Model, *, using: str | None = None) -> None:
+    """Insert a new instance, as `instance.save(force_insert=True)` does (a row with its key
+    already there is an IntegrityError, never an UPDATE)."""
+    model = type(instance)
+    if model.save is not models.Model.save:
+        raise TypeError(f"insert_row({model.__name__}): the model overrides save(), which this would skip")
+    using = using or "default"
+    connection = connections[using]
+    meta = model._meta
+    if instance.pk is None:
+        instance.pk = meta.pk.get_pk_value_on_save(instance)  # a default such as uuid4, as save() takes it
+    statement = _inserts.get((model, connection.vendor)) or _insert_for(model, connection)
+    sql, to_write = statement
+    instance._prepare_related_fields_for_save(operation_name="save")  # an unsaved related row: save()'s error
+    values = [field.pre_save(instance, True) for field in to_write]
+    if instance.pk is None or any(hasattr(value, "resolve_expression") for value in values):
+        instance.save(force_insert=True, using=using)  # the database chooses a value: save() reads it back
+        return
+    parameters = [field.get_db_prep_save(value, connection) for field, value in zip(to_write, values, strict=True)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, parameters)
+    instance._state.adding, instance._state.db = False, using
+
+
+def _insert_for(model: type[models.Model], connection) -> tuple[str, tuple]:
+    to_write = tuple(field for field in model._meta.local_concrete_fields if not field.generated)
+    special = model._meta.parents or model._meta.order_with_respect_to
+    if special or any(hasattr(field, "get_placeholder") for field in to_write):
+        raise TypeError(f"insert_row({model.__name__}): use save(force_insert=True) for this model")
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in to_write)
+    placeholders = ", ".join("%s" for _ in to_write)
+    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({placeholders})"
+    _inserts[(model, connection.vendor)] = (sql, to_write)
     return sql, to_write

@@ -1,19 +1,22 @@
-"""`save_fields()`: what `save(update_fields=...)` writes, from a statement written once per shape."""
+"""`save_fields()` and `insert_row()`: what `save(update_fields=...)` and `save(force_insert=True)`
+write, from statements written once per shape."""
 
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from deliveries.customers import create_customer
+from deliveries.models import Delivery
 from drones.models import Drone
 from drones.services import seed_fleet
 from outbox.core.publishing import publish
-from outbox.core.saving import save_fields
-from outbox.models import OutboxMessage
+from outbox.core.saving import insert_row, save_fields
+from outbox.models import InboxMessage, OutboxMessage
 from tests.probe.events import ProbeEchoed
 
 CHANGED = ("type", "payload", "available_at", "causation_id", "claimed_by", "send_attempts", "recipients")
@@ -93,3 +96,70 @@ def test_an_expression_goes_through_save_and_an_unknown_field_is_refused():
 
     with pytest.raises(ValueError, match="no field nonsense"):
         save_fields(row, ["nonsense"])
+
+
+def _a_delivery(customer, **changes) -> Delivery:
+    """Every kind of column: JSON (nested, non-ASCII), aware times, UUIDs, a float, a key to a customer."""
+    fields = {
+        "customer": customer,
+        "pickup_location": {"latitude": 25.03, "longitude": 121.56, "note": ["ü", None, 1.5]},
+        "dropoff_location": {"latitude": 25.04, "longitude": 121.57},
+        "pickup_time": AVAILABLE_AT,
+        "deadline": AVAILABLE_AT + timedelta(hours=2),
+        "expedited": True,
+        "package_id": uuid.uuid4(),
+        "package_size": "Small",
+        "package_weight_kg": 1.25,
+        "compensations": ["drone_released"],
+        "idempotency_key": None,
+        **changes,
+    }
+    return Delivery(**fields)
+
+
+@pytest.mark.django_db
+def test_insert_row_writes_what_save_force_insert_writes():
+    customer, _ = create_customer(name=f"insert-{uuid.uuid4().hex[:8]}")
+    mine, theirs = _a_delivery(customer), _a_delivery(customer)
+    insert_row(mine)
+    theirs.save(force_insert=True)
+
+    assert mine.id and not mine._state.adding  # its key taken from the default, as save() takes it
+    mine_read, theirs_read = Delivery.objects.get(pk=mine.pk), Delivery.objects.get(pk=theirs.pk)
+    for field in Delivery._meta.concrete_fields:
+        if field.name in ("id", "package_id", "created_at", "updated_at"):  # one customer, one package each
+            continue
+        assert getattr(mine_read, field.attname) == getattr(theirs_read, field.attname), field.name
+    assert mine_read.package_id == mine.package_id
+    assert mine_read.created_at == mine.created_at and mine_read.updated_at == mine.updated_at  # auto_now(_add)
+    assert mine.created_at is not None
+
+
+@pytest.mark.django_db
+def test_a_key_already_there_is_an_integrity_error_never_an_update():
+    customer, _ = create_customer(name=f"insert-{uuid.uuid4().hex[:8]}")
+    first = _a_delivery(customer, package_size="Small")
+    insert_row(first)
+    again = _a_delivery(customer, id=first.id, package_size="Large")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_row(again)
+    assert Delivery.objects.get(pk=first.id).package_size == "Small"
+
+
+@pytest.mark.django_db
+def test_a_key_the_database_chooses_is_read_back_as_save_reads_it():
+    inbox = InboxMessage(subscriber="probe", message_id=uuid.uuid4(), type="probe.echoed", correlation_id=uuid.uuid4())
+    insert_row(inbox)
+    assert inbox.pk is not None and InboxMessage.objects.get(pk=inbox.pk).message_id == inbox.message_id
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_insert_is_one_statement_of_every_column():
+    customer, _ = create_customer(name=f"insert-{uuid.uuid4().hex[:8]}")
+    delivery = _a_delivery(customer)
+    with CaptureQueriesContext(connection) as statements:
+        insert_row(delivery)
+    [statement] = [query["sql"] for query in statements.captured_queries]
+    assert statement.startswith('INSERT INTO "deliveries_delivery" (')
+    assert statement.count("%s") == 0 and statement.count(", ") >= len(Delivery._meta.concrete_fields) - 1
