@@ -30,7 +30,7 @@ from drones.services import seed_fleet
 from harness import process_cpu, simulation
 from harness.bench import BASE, customer_requests, empty_the_outbox_and_queues
 from harness.bench_api import customers
-from outbox.models import InboxMessage
+from outbox.models import InboxMessage, OutboxMessage
 
 
 @dataclass
@@ -136,6 +136,7 @@ class EndToEnd:
     delivered: int
     seconds: float  # first request accepted to last delivery terminal
     handler_runs: int  # inbox rows: handler executions that committed
+    copies_per_pack: float  # copies bound for one queue in one relay claim, per such group (see packable_copies)
     worker_rss: list[tuple[int, float]]  # (inbox rows so far, MB of all worker processes)
     cpu: dict[str, float]  # CPU seconds by kind of process, first request to last delivery terminal
 
@@ -189,9 +190,24 @@ def end_to_end(
         delivered=mine.filter(status="delivered").count(),
         seconds=(span["last"] - span["first"]).total_seconds(),
         handler_runs=InboxMessage.objects.count(),
+        copies_per_pack=packable_copies(ids),
         worker_rss=rss,
         cpu=cpu,
     )
+
+
+def packable_copies(correlation_ids: list) -> float:
+    """What batching could gain at this load, measured rather than assumed: the relay sends every
+    copy as a broker message of its own, and a relay that packed the copies bound for one queue in
+    one claim into one broker message (as issue 32 proposes) would send this many copies in each.
+    Read off the published rows' claim tokens (a claim is one `claimed_by`), each row's copies one
+    per recipient. 1.0 means packing would save nothing: no claim held two copies for one queue."""
+    copies = Counter()
+    published = OutboxMessage.objects.filter(correlation_id__in=correlation_ids, published_at__isnull=False)
+    for claim, recipients, target in published.values_list("claimed_by", "recipients", "target_subscriber"):
+        for subscriber in recipients or ([target] if target else []):
+            copies[claim, subscriber] += 1
+    return sum(copies.values()) / max(len(copies), 1)
 
 
 def embedded_hop_milliseconds(*, deliveries: int, rate: float) -> list[float]:
