@@ -260,7 +260,7 @@ class Command(BaseCommand):
                 f"delivered per second, end to end ({setup})", "deliveries/s", reference="commit_ceiling"
             ),
             "handler_runs": bench.Figure("handler executions per delivery", "runs"),
-            "copies_per_pack": bench.Figure("copies for one queue in one relay claim (a packed message's size)", "copies"),
+            "copies_per_pack": bench.Figure("copies for one queue per relay claim (a pack)", "copies"),
             # Judged in /healthz units (issue 32) when the API was measured in the same run.
             "cpu_per_delivery": bench.Figure("CPU per delivery, every process together", "ms", reference="healthz_cpu"),
             "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
