@@ -258,6 +258,8 @@ OUTBOX_MAX_EVENT_BYTES = int(os.environ.get("OUTBOX_MAX_EVENT_BYTES", str(64 * 1
 # Relays and workers write a heartbeat this often; the messaging overview flags one silent for three.
 OUTBOX_HEARTBEAT_SECONDS = float(os.environ.get("OUTBOX_HEARTBEAT_SECONDS", "5"))
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
+# The copies a relay claimed together for one queue travel in one broker message, this many at most.
+OUTBOX_RELAY_PACK_SIZE = int(os.environ.get("OUTBOX_RELAY_PACK_SIZE", "20"))
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
 # After a failed round the relay waits 0.5 s, doubling up to this, each wait jittered (half to

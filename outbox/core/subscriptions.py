@@ -148,3 +148,20 @@ def message_to(subscriber: str, envelope: dict) -> dramatiq.Message:
         options={},
         message_id=str(envelope.get("message_id")),
     )
+
+
+PACK = "pack"  # the keyword argument a pack's envelopes travel in (outbox.handling.packs)
+
+
+def pack_of(copies: list[dramatiq.Message]) -> dramatiq.Message:
+    """One broker message carrying several `message_to` copies bound for the same queue, under an
+    id of its own: the relay's way of paying the broker and the worker once for them all."""
+    first = copies[0]
+    envelopes = [copy.args[0] for copy in copies]
+    return dramatiq.Message(
+        queue_name=first.queue_name, actor_name=first.actor_name, args=(), kwargs={PACK: envelopes}, options={}
+    )
+
+
+def is_pack(args: tuple, kwargs: dict) -> bool:
+    return not args and kwargs.keys() == {PACK} and isinstance(kwargs[PACK], list)

@@ -9,8 +9,9 @@ import dramatiq
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
-from outbox.core.subscriptions import actor_name, queue_name, subscribers
+from outbox.core.subscriptions import PACK, actor_name, is_pack, queue_name, subscribers
 from outbox.handling.dispatch import dispatch
+from outbox.handling.packs import dispatch_pack
 
 
 def autodiscover() -> None:
@@ -28,6 +29,9 @@ def declare_actors(broker: dramatiq.Broker) -> None:
             # Whatever arguments a message carries: dispatch sets anything but one envelope aside as
             # a dead letter (invalid_envelope) at once, where a missing argument would have failed
             # every retry into Dramatiq's own dead-letter queue.
+            if is_pack(args, kwargs):  # several envelopes the relay sent together (outbox.handling.packs)
+                dispatch_pack(subscriber=_subscriber, bodies=kwargs[PACK], broker=broker)
+                return
             body = args[0] if len(args) == 1 and not kwargs else {"args": list(args), "kwargs": kwargs}
             dispatch(subscriber=_subscriber, body=body)
 

@@ -14,13 +14,14 @@ import logging
 
 import dramatiq
 import pika.exceptions
+from django.db import transaction
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
 from outbox.core.brokers import reconnected_if_lost
 from outbox.core.dead_letters import Reason, record_dead_letter
-from outbox.core.subscriptions import queue_name, subscribers
+from outbox.core.subscriptions import PACK, is_pack, queue_name, subscribers
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +72,20 @@ def _record(subscriber: str, body: bytes) -> None:
             error=SetAsideByTheBroker(f"not a Dramatiq message ({len(body)} bytes): rejected unread"),
         )
         return
+    if is_pack(message.args, message.kwargs):  # a letter for each envelope it carried, all or none
+        with transaction.atomic():
+            for body in message.kwargs[PACK]:
+                _record_failed(subscriber, body, message)
+        return
     only = message.args[0] if len(message.args) == 1 and not message.kwargs else None
+    _record_failed(subscriber, only if isinstance(only, dict) else None, message)
+
+
+def _record_failed(subscriber: str, envelope: dict | None, message: dramatiq.Message) -> None:
+    body = envelope if isinstance(envelope, dict) else {"args": list(message.args), "kwargs": message.kwargs}
     record_dead_letter(
         subscriber=subscriber,
-        body=only if isinstance(only, dict) else {"args": list(message.args), "kwargs": message.kwargs},
+        body=body,
         reason=Reason.FAILED_BY_DRAMATIQ,
         error=SetAsideByTheBroker(f"Dramatiq failed {message.message_id} before its handler ran"),
     )

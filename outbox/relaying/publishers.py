@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
 import dramatiq
@@ -36,6 +36,8 @@ import redis
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis
+
+from outbox.core.subscriptions import pack_of
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ class Outcome:
 class _Copy:
     """One message in flight on the channel, known by its delivery tag."""
 
-    key: Hashable
+    keys: tuple[Hashable, ...]  # the rows' keys it carries a copy of: one, or a pack's several
     message_id: str
     queue: str
     returned: bool = False
@@ -90,10 +92,11 @@ class PipelinedPublisher:
     """Copies in flight across batches: `start` writes a batch out and returns, `collect` hands
     back the rows resolved so far, so the relay can send what committed meanwhile."""
 
-    def __init__(self, broker: RabbitmqBroker, *, window: int = 1000):
+    def __init__(self, broker: RabbitmqBroker, *, window: int = 1000, pack_size: int = 1):
         self.broker = broker
         self.parameters = broker.parameters
         self.window = window
+        self.pack_size = pack_size  # copies for one queue in one broker message, at most (1: each its own)
         self.connection: pika.BlockingConnection | None = None
         self.channel = None
         self._nacked = False  # a nack came on this channel: the next batch opens a new one
@@ -137,18 +140,34 @@ class PipelinedPublisher:
             return  # the connection is already lost: collect() reports it
         try:
             self._open()
-            sent, self._hooked = 0, with_enqueue_hooks(self.broker)
-            for key, messages in batch:
-                for message in messages:
-                    self._send(key, message)
-                    sent += 1
-                    if len(self._pending) >= self.window:
-                        self._wait(lambda: len(self._pending) < self.window)
-                    elif sent % FLUSH_EVERY == 0:
-                        self._process(time_limit=0)  # write out, read confirms
+            self._hooked = with_enqueue_hooks(self.broker)
+            for sent, (keys, message) in enumerate(self._packed(batch), start=1):
+                self._send(keys, message)
+                if len(self._pending) >= self.window:
+                    self._wait(lambda: len(self._pending) < self.window)
+                elif sent % FLUSH_EVERY == 0:
+                    self._process(time_limit=0)  # write out, read confirms
             self._process(time_limit=0)
         except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
             self._lost(error)
+
+    def _packed(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Iterator[tuple[tuple, dramatiq.Message]]:
+        """The batch's messages, the copies bound for one queue packed `pack_size` at a time (in the
+        batch's order, so a stream's events keep theirs), each with the keys whose copies it carries.
+        Not packed while some middleware has enqueue hooks: they see each copy, as Dramatiq's enqueue
+        would show it. A key counts as sent once every message carrying one of its copies is acked."""
+        if self.pack_size <= 1 or self._hooked:
+            yield from (((key,), message) for key, messages in batch for message in messages)
+            return
+        by_queue: dict[str, list[tuple[Hashable, dramatiq.Message]]] = {}
+        for key, messages in batch:
+            for message in messages:
+                by_queue.setdefault(message.queue_name, []).append((key, message))
+        for copies in by_queue.values():
+            for start in range(0, len(copies), self.pack_size):
+                chunk = copies[start : start + self.pack_size]
+                keys = tuple(key for key, _ in chunk)
+                yield keys, chunk[0][1] if len(chunk) == 1 else pack_of([message for _, message in chunk])
 
     def collect(self, *, wait: float = 0.0) -> Outcome:
         """Keys resolved so far, after waiting up to `wait` seconds for more confirms: those whose
@@ -192,13 +211,13 @@ class PipelinedPublisher:
         self._error = error
         self.close()
 
-    def _send(self, key: Hashable, message: dramatiq.Message) -> None:
+    def _send(self, keys: tuple[Hashable, ...], message: dramatiq.Message) -> None:
         if message.queue_name not in self._declared:
             self.broker.declare_queue(message.queue_name, ensure=True)  # with Dramatiq's own arguments
             self._declared.add(message.queue_name)
         if self._hooked:
             self.broker.emit_before("enqueue", message, None)
-        self._pending[self._next_tag] = _Copy(key, message.message_id, message.queue_name)
+        self._pending[self._next_tag] = _Copy(keys, message.message_id, message.queue_name)
         self._tags_of.setdefault((message.message_id, message.queue_name), deque()).append(self._next_tag)
         self._next_tag += 1
         self.channel._impl.basic_publish(
@@ -251,12 +270,14 @@ class PipelinedPublisher:
                     siblings.remove(tag)
                 if not siblings:
                     del self._tags_of[(copy.message_id, copy.queue)]
-            if acked and not copy.returned:
-                if copy.key in self._copies_left:
-                    self._copies_left[copy.key] -= 1
-                    self._acked.setdefault(copy.key, set()).add(copy.queue)
-            elif copy.key in self._copies_left:
-                self._refused.add(copy.key)  # a nack, or the ack of a copy that came back unrouted
+            for key in copy.keys:
+                if key not in self._copies_left:
+                    continue
+                if acked and not copy.returned:
+                    self._copies_left[key] -= 1
+                    self._acked.setdefault(key, set()).add(copy.queue)
+                else:
+                    self._refused.add(key)  # a nack, or the ack of a copy that came back unrouted
             if not acked:
                 self._nacked = True
 
@@ -272,9 +293,10 @@ class PipelinedPublisher:
             copy = self._pending[tag]
             if not copy.returned:
                 copy.returned = True
-                if copy.key in self._copies_left:
-                    self._refused.add(copy.key)
-                    self._unroutable.setdefault(copy.key, set()).add(copy.queue)
+                for key in copy.keys:
+                    if key in self._copies_left:
+                        self._refused.add(key)
+                        self._unroutable.setdefault(key, set()).add(copy.queue)
                 break
         logger.debug("broker returned %s for queue %s: %s", message_id, method.routing_key, method.reply_text)
 

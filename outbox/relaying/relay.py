@@ -95,7 +95,7 @@ class Relay:
         self.reached = Reached()  # row id -> subscribers whose copy the broker took (outbox.relaying.queue_outages)
         self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
         if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
-            self.publisher = PipelinedPublisher(self.broker)
+            self.publisher = PipelinedPublisher(self.broker, pack_size=settings.OUTBOX_RELAY_PACK_SIZE)
         elif isinstance(self.broker, RedisBroker):
             self.publisher = RedisPipelinedPublisher(self.broker)
 

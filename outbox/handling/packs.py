@@ -1,0 +1,76 @@
+"""Packs: several envelopes bound for one subscriber, carried by one broker message.
+
+The relay packs the copies it claimed together for one queue (`outbox.relaying.publishers`), so the
+broker's hand-over and acknowledgement, Dramatiq's consumer and middleware and the pool's hand-out
+are paid once a pack instead of once a copy (docs/performance.md has what that saves).
+
+Each envelope is dispatched on its own, exactly as if it had come alone: its own transaction, inbox
+row, dead letter, metrics and log line. A pack is only ever each envelope's first attempt. One that
+fails, to be retried, leaves the pack: it is enqueued again as a message of its own, with the
+retry Dramatiq's Retries middleware would have given it (`retries` counted, the same backoff), and
+takes the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is
+acknowledged once every envelope is processed, set aside or enqueued alone; a worker that dies
+half-way gets the pack again, and the inboxes skip what was done.
+"""
+
+import logging
+from typing import Any
+
+import dramatiq
+from dramatiq import Retry
+from dramatiq.common import compute_backoff
+from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
+from dramatiq.middleware.time_limit import TimeLimitExceeded
+
+from outbox.core.subscriptions import actor_name, message_to, queue_name
+from outbox.handling.dispatch import dispatch
+
+logger = logging.getLogger(__name__)
+
+
+def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
+    """Dispatch each envelope of a pack as if it had come alone; one to be retried is enqueued alone."""
+    pack = CurrentMessage.get_current_message()
+    for body in bodies:
+        alone = _alone(subscriber, body, pack)
+        token = CurrentMessage._MESSAGE.set(alone)  # what dispatch reads: this envelope's attempts and age
+        try:
+            dispatch(subscriber=subscriber, body=body)
+        except (Exception, TimeLimitExceeded) as error:
+            _retry_alone(broker, alone, error)
+        finally:
+            CurrentMessage._MESSAGE.reset(token)
+
+
+def _alone(subscriber: str, body: Any, pack: dramatiq.Message | None) -> dramatiq.Message:
+    """The message this envelope would have been on its own, relayed when its pack was (its age counts from then)."""
+    if isinstance(body, dict):
+        alone = message_to(subscriber, body)
+    else:  # not an envelope: dispatch sets it aside (a retry only if even that fails)
+        alone = dramatiq.Message(
+            queue_name=queue_name(subscriber), actor_name=actor_name(subscriber), args=(body,), kwargs={}, options={}
+        )
+    return alone.copy(message_timestamp=pack.message_timestamp) if pack is not None else alone
+
+
+def _retry_alone(broker: dramatiq.Broker, message: dramatiq.Message, error: BaseException) -> None:
+    """As dramatiq.middleware.Retries retries a failed message: one more retry counted (a message put
+    back over a limit took one off first), after the actor's backoff or the delay it asked for. Should
+    this enqueue fail, the error leaves the pack: Dramatiq retries the whole pack, and the envelopes
+    already handled are duplicates then."""
+    actor = broker.get_actor(message.actor_name)
+    retries = message.options.get("retries", 0)
+    message.options["retries"] = retries + 1
+    if isinstance(error, Retry) and error.delay is not None:
+        delay = error.delay
+    else:
+        max_backoff = min(actor.options.get("max_backoff", DEFAULT_MAX_BACKOFF), DEFAULT_MAX_BACKOFF)
+        _, delay = compute_backoff(
+            retries, factor=actor.options.get("min_backoff", DEFAULT_MIN_BACKOFF), max_backoff=max_backoff
+        )
+    if not isinstance(error, Retry):
+        logger.warning(
+            "%s will retry %s alone in %d ms: %s", message.queue_name, message.message_id, delay, error, exc_info=error
+        )
+    broker.enqueue(message, delay=delay)

@@ -1,0 +1,160 @@
+"""Packs: the copies a relay claimed together for one queue travel in one broker message, and each
+envelope in it is still handled, retried and dead-lettered on its own (outbox.handling.packs)."""
+
+import uuid
+
+import dramatiq
+import pika
+import pytest
+from django.conf import settings
+from django.db.models import Sum
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import dq_name, xq_name
+
+from outbox.core.brokers import broker_urls
+from outbox.core.subscriptions import PACK, message_to, pack_of, queue_name
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.relaying.broker_letters import collect_broker_dead_letters
+from outbox.relaying.publishers import PipelinedPublisher
+from outbox.relaying.relay import Relay
+from tests.outbox.relaying import effects_per_message
+from tests.probe.models import Effect
+from tests.probe.services import ping
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def envelopes(count: int, **ping_options) -> list[dict]:
+    return [OutboxMessage.objects.get(stream=f"ping:{ping(n=n, **ping_options).pk}").envelope() for n in range(count)]
+
+
+def taken_off(broker, queue: str) -> list[dramatiq.Message]:
+    """The messages waiting in `queue`, in order, taken off it."""
+    messages = []
+    while True:
+        method, _, body = broker.channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return messages
+        messages.append(dramatiq.Message.decode(body))
+
+
+@pytest.mark.rabbitmq
+def test_the_copies_a_relay_claims_together_for_one_queue_travel_in_packs_of_at_most_the_pack_size(
+    broker, transactional_db, settings
+):
+    settings.OUTBOX_RELAY_PACK_SIZE = 4
+    sent = envelopes(6)
+
+    assert Relay(broker=broker).drain() == 6
+
+    ids = [envelope["message_id"] for envelope in sent]
+    for subscriber in ("probe_a", "probe_b"):
+        messages = taken_off(broker, queue_name(subscriber))
+        assert [len(message.kwargs[PACK]) for message in messages] == [4, 2]
+        assert [envelope["message_id"] for m in messages for envelope in m.kwargs[PACK]] == ids  # in row order
+        assert not set(ids) & {message.message_id for message in messages}  # a pack has an id of its own
+
+
+@pytest.mark.rabbitmq
+def test_with_a_pack_size_of_one_every_copy_travels_alone_as_before(broker, transactional_db, settings):
+    settings.OUTBOX_RELAY_PACK_SIZE = 1
+    sent = envelopes(3)
+
+    assert Relay(broker=broker).drain() == 3
+
+    messages = taken_off(broker, queue_name("probe_a"))
+    assert [message.args for message in messages] == [(envelope,) for envelope in sent]
+
+
+def test_each_envelope_of_a_pack_takes_effect_once_even_when_the_pack_comes_twice(worker, broker):
+    """A worker that dies before acknowledging a pack gets all of it again: the inbox skips what was done."""
+    pack = pack_of([message_to("probe_a", envelope) for envelope in envelopes(3)])
+    broker.enqueue(pack)
+    broker.enqueue(pack)
+
+    wait_until(
+        lambda: InboxMessage.objects.filter(subscriber="probe_a").aggregate(n=Sum("duplicates"))["n"] == 3,
+        what="the second copy of the pack to be skipped",
+    )
+    assert effects_per_message() == {1: 3}
+
+
+def test_an_envelope_that_fails_in_a_pack_is_retried_alone_and_its_neighbours_are_not(worker, broker):
+    failing = envelopes(1, fail={"probe_a": "once"})[0]
+    pack = pack_of([message_to("probe_a", envelope) for envelope in [*envelopes(2), failing]])
+    broker.enqueue(pack)
+
+    wait_until(lambda: Effect.objects.count() == 3, what="all three envelopes to take effect")
+    assert Effect.objects.filter(message_id=failing["message_id"]).exists()  # after its retry
+    # Had the whole pack been retried, the two that succeeded the first time would be duplicates.
+    assert InboxMessage.objects.filter(subscriber="probe_a").aggregate(n=Sum("duplicates"))["n"] == 0
+
+
+def test_an_envelope_that_keeps_failing_in_a_pack_is_dead_lettered_alone(worker, broker):
+    failing = envelopes(1, fail={"probe_a": "always"})[0]
+    broker.enqueue(pack_of([message_to("probe_a", envelope) for envelope in [failing, *envelopes(2)]]))
+
+    letter = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the failing envelope's dead letter")
+    assert (letter.message_id, letter.reason) == (uuid.UUID(failing["message_id"]), "handler_error")
+    assert letter.attempts == settings.OUTBOX_MAX_RETRIES + 1  # its own retries, counted as if it had come alone
+    assert Effect.objects.count() == 2 and DeadLetter.objects.count() == 1
+
+
+def test_what_is_not_an_envelope_in_a_pack_is_a_dead_letter_of_its_own(worker, broker):
+    good = envelopes(2)
+    pack = pack_of([message_to("probe_a", envelope) for envelope in good])
+    broker.enqueue(pack.copy(kwargs={PACK: [good[0], "not an envelope", good[1]]}))
+
+    letter = wait_until(lambda: DeadLetter.objects.first(), what="a dead letter")
+    assert (letter.reason, letter.envelope) == ("invalid_envelope", "not an envelope")
+    wait_until(lambda: Effect.objects.count() == 2, what="the two envelopes around it to take effect")
+
+
+@pytest.mark.rabbitmq
+def test_a_pack_dramatiq_set_aside_becomes_a_dead_letter_for_each_envelope_it_carried(broker, transactional_db):
+    sent = envelopes(2)
+    queue = queue_name("probe_a")
+    broker.declare_queue(queue, ensure=True)  # with its .XQ
+    pack = pack_of([message_to("probe_a", envelope) for envelope in sent])
+    with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+        connection.channel().basic_publish("", xq_name(queue), pack.encode(), pika.BasicProperties(delivery_mode=2))
+
+    assert collect_broker_dead_letters(broker) == 1
+
+    letters = DeadLetter.objects.order_by("id")
+    assert [(letter.reason, letter.envelope) for letter in letters] == [("failed_by_dramatiq", e) for e in sent]
+
+
+@pytest.mark.rabbitmq
+def test_a_returned_pack_leaves_every_row_it_carried_unsent_and_an_acked_one_sends_them_all():
+    """Bookkeeping per copy, a pack being one copy of each of its rows: one row's copies to a live
+    queue (acked) and to a deleted one (returned), packed four to a message each way."""
+    live, dead = f"{settings.OUTBOX_QUEUE_PREFIX}packs-live", f"{settings.OUTBOX_QUEUE_PREFIX}packs-dead"
+    broker = RabbitmqBroker(url=settings.BROKER_URL, confirm_delivery=True, middleware=[])  # no worker reads it
+    for queue in (live, dead):
+        broker.declare_queue(queue, ensure=True)
+    broker.channel.queue_delete(dead)  # the broker object still believes it declared
+    publisher = PipelinedPublisher(broker, pack_size=4)
+    copies = {}
+    for key in range(10):
+        envelope = {"message_id": str(uuid.uuid4())}
+        to = [live, dead] if key < 6 else [live]
+        copies[key] = [
+            dramatiq.Message(queue_name=q, actor_name="x", args=(envelope,), kwargs={}, options={}) for q in to
+        ]
+    try:
+        outcome = publisher.publish(list(copies.items()))
+        in_the_live_queue = [len(message.kwargs[PACK]) for message in taken_off(broker, live)]
+    finally:
+        publisher.close()
+        for queue in (live, dq_name(live), xq_name(live), dq_name(dead), xq_name(dead)):
+            broker.channel.queue_delete(queue)
+        broker.close()
+
+    assert in_the_live_queue == [4, 4, 2]
+    assert outcome.error is None
+    assert outcome.refused == set(range(6))  # each had a copy in a returned pack
+    assert outcome.confirmed == set(range(6, 10))  # each had its only copy in acked packs
+    assert outcome.unroutable == {key: {dead} for key in range(6)}
+    assert outcome.acked == {key: {live} for key in range(6)}
