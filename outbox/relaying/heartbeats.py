@@ -14,6 +14,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from outbox.core.subscriptions import PACK, is_pack
+
 logger = logging.getLogger(__name__)
 
 # A stop sent to a whole process group (Ctrl-C under honcho, `kill %1`, systemd's default KillMode)
@@ -93,8 +95,9 @@ class WorkerHeartbeat(dramatiq.Middleware):
         signal.signal(signal.SIGTERM, on_sigterm)
 
     def after_process_message(self, broker, message, *, result=None, exception=None):
+        envelopes = len(message.kwargs[PACK]) if is_pack(message.args, message.kwargs) else 1  # a pack: each
         with self._lock:
-            self.handled += 1
+            self.handled += envelopes
 
     def after_worker_boot(self, broker, worker):
         stop = threading.Event()

@@ -101,6 +101,18 @@ def test_an_envelope_that_keeps_failing_in_a_pack_is_dead_lettered_alone(worker,
     assert Effect.objects.count() == 2 and DeadLetter.objects.count() == 1
 
 
+def test_the_envelopes_of_a_pack_are_as_old_as_the_pack_not_as_the_moment_they_are_handled(worker, broker, settings):
+    """Each envelope is timed from when the relay sent its pack: one past OUTBOX_MESSAGE_TTL_SECONDS
+    then is expired, as it would have been alone."""
+    settings.OUTBOX_MESSAGE_TTL_SECONDS = 60
+    pack = pack_of([message_to("probe_a", envelope) for envelope in envelopes(2)])
+    broker.enqueue(pack.copy(message_timestamp=pack.message_timestamp - 120_000))  # relayed two minutes ago
+
+    letters = wait_until(lambda: DeadLetter.objects.count() == 2 and list(DeadLetter.objects.all()), what="letters")
+    assert {letter.reason for letter in letters} == {"expired"}
+    assert not Effect.objects.exists()
+
+
 def test_what_is_not_an_envelope_in_a_pack_is_a_dead_letter_of_its_own(worker, broker):
     good = envelopes(2)
     pack = pack_of([message_to("probe_a", envelope) for envelope in good])
@@ -158,3 +170,14 @@ def test_a_returned_pack_leaves_every_row_it_carried_unsent_and_an_acked_one_sen
     assert outcome.confirmed == set(range(6, 10))  # each had its only copy in acked packs
     assert outcome.unroutable == {key: {dead} for key in range(6)}
     assert outcome.acked == {key: {live} for key in range(6)}
+
+
+def test_a_worker_counts_each_envelope_of_a_pack_as_handled():
+    from outbox.relaying.heartbeats import WorkerHeartbeat
+
+    heartbeat = WorkerHeartbeat()
+    alone = message_to("probe_a", {"message_id": str(uuid.uuid4())})
+    heartbeat.after_process_message(None, alone)
+    heartbeat.after_process_message(None, pack_of([alone, alone, alone]))
+
+    assert heartbeat.handled == 4
