@@ -12,11 +12,13 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
 from outbox.core.brokers import broker_urls
+from outbox.core.dead_letters import record_dead_letter
 from outbox.core.subscriptions import PACK, message_to, pack_of, queue_name
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relaying.broker_letters import collect_broker_dead_letters
 from outbox.relaying.publishers import PipelinedPublisher
 from outbox.relaying.relay import Relay
+from outbox.relaying.sweep import sweep_unacknowledged
 from tests.outbox.relaying import effects_per_message
 from tests.probe.models import Effect
 from tests.probe.services import ping
@@ -181,3 +183,34 @@ def test_a_worker_counts_each_envelope_of_a_pack_as_handled():
     heartbeat.after_process_message(None, pack_of([alone, alone, alone]))
 
     assert heartbeat.handled == 4
+
+
+@pytest.mark.rabbitmq
+def test_a_pack_a_worker_of_an_earlier_version_set_aside_whole_is_sent_again_by_the_sweep(
+    broker, transactional_db, settings
+):
+    """A rolling deploy: a relay of this version sends packs to a worker of an earlier one, which
+    knows no packs and sets each aside whole, as one `invalid_envelope` letter naming no message.
+    No envelope has an inbox row or a letter of its own, so the sweep finds every copy owed and
+    has it sent again; a worker of this version then handles each once."""
+    settings.OUTBOX_SWEEP_GRACE_SECONDS = 0
+    envelopes(3)
+    assert Relay(broker=broker).drain() == 3
+    for subscriber in ("probe_a", "probe_b"):
+        (pack,) = taken_off(broker, queue_name(subscriber))  # what the earlier worker took and set aside
+        record_dead_letter(
+            subscriber=subscriber,
+            body={"args": list(pack.args), "kwargs": pack.kwargs},
+            reason="invalid_envelope",
+            error=ValueError("a worker of an earlier version"),
+        )
+
+    assert sweep_unacknowledged().resent == 6
+    assert Relay(broker=broker).drain() == 6  # a row for each copy sent again
+    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        wait_until(lambda: Effect.objects.count() == 6, what="every copy sent again to take effect")
+    finally:
+        worker.stop(timeout=10_000)
+    assert effects_per_message() == {1: 6}
