@@ -9,6 +9,7 @@ one does; the deployable here reads them from the environment.
 import copy
 
 from django.conf import settings
+from django.core import checks
 
 DAY = 24 * 3600
 
@@ -50,3 +51,25 @@ def fill_in_defaults() -> None:
     for name, value in DEFAULTS.items():
         if not hasattr(settings, name):
             setattr(settings, name, copy.deepcopy(value))
+
+
+# RabbitMQ 4's default `max_message_size`. A larger message makes the broker close the relay's channel.
+BROKER_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+@checks.register()
+def packs_fit_in_a_broker_message(app_configs=None, **kwargs):
+    """The largest pack the settings allow must fit in one broker message: one that does not closes
+    the relay's channel, and its rows are sent again in halves until they fit (nothing is lost, but
+    every full batch pays for it)."""
+    largest = settings.OUTBOX_RELAY_PACK_SIZE * settings.OUTBOX_MAX_EVENT_BYTES
+    if largest <= BROKER_MESSAGE_BYTES:
+        return []
+    return [
+        checks.Warning(
+            f"a pack may reach {largest:,} bytes (OUTBOX_RELAY_PACK_SIZE x OUTBOX_MAX_EVENT_BYTES), over "
+            f"RabbitMQ's default max_message_size of {BROKER_MESSAGE_BYTES:,}",
+            hint="lower OUTBOX_RELAY_PACK_SIZE, or raise the broker's max_message_size to match",
+            id="outbox.W001",
+        )
+    ]

@@ -9,17 +9,24 @@ row, dead letter, metrics and log line. A pack is only ever each envelope's firs
 fails, to be retried, leaves the pack: it is enqueued again as a message of its own, with the
 retry Dramatiq's Retries middleware would have given it (`retries` counted, the same backoff), and
 takes the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is
-acknowledged once every envelope is processed, set aside or enqueued alone; a worker that dies
-half-way gets the pack again, and the inboxes skip what was done.
+acknowledged once every envelope is processed, set aside or enqueued alone.
+
+Each envelope has Dramatiq's time limit to itself, as it would alone: the TimeLimit middleware arms
+one deadline a message, which a pack of slow handlers would share. A pack that comes again (its
+worker died half-way, or something escaped it: the broker refused a retry's enqueue, the time limit
+fired between two envelopes) is not tried as a pack again: each envelope is enqueued alone, a first
+attempt, and the inboxes skip what was done. So an envelope that kills its worker never holds its
+neighbours hostage, and nothing that escaped a pack is lost with it.
 """
 
 import logging
+import threading
 from typing import Any
 
 import dramatiq
 from dramatiq import Retry
 from dramatiq.common import compute_backoff
-from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
@@ -32,15 +39,45 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone; one to be retried is enqueued alone."""
     pack = CurrentMessage.get_current_message()
+    if pack is not None and _came_before(pack):
+        for body in bodies:  # should one enqueue fail, the pack comes again and is unpacked again
+            broker.enqueue(_alone(subscriber, body, pack))
+        return
+    limit = _time_limit(broker) if pack is not None else None  # in a worker's thread only
+    lost = None
     for body in bodies:
         alone = _alone(subscriber, body, pack)
         token = CurrentMessage._MESSAGE.set(alone)  # what dispatch reads: this envelope's attempts and age
+        if limit is not None:
+            limit.manager.remove_timeout(threading.get_ident())
+            limit.manager.add_timeout(threading.get_ident(), _limit_ms(broker, pack, limit))
         try:
             dispatch(subscriber=subscriber, body=body)
         except (Exception, TimeLimitExceeded) as error:
-            _retry_alone(broker, alone, error)
+            try:
+                _retry_alone(broker, alone, error)
+            except Exception as enqueue_failed:  # the broker refused it: the others still get their turn
+                logger.warning("%s could not enqueue %s alone: %s", subscriber, alone.message_id, enqueue_failed)
+                lost = enqueue_failed
         finally:
             CurrentMessage._MESSAGE.reset(token)
+    if lost is not None:
+        raise lost  # Dramatiq retries the pack, which is then unpacked: that envelope is not lost
+
+
+def _came_before(pack: dramatiq.Message) -> bool:
+    """Retried by Dramatiq, or redelivered by RabbitMQ (its worker died or lost its connection)."""
+    return pack.options.get("retries", 0) > 0 or bool(getattr(pack, "redelivered", False))
+
+
+def _time_limit(broker: dramatiq.Broker) -> TimeLimit | None:
+    return next((m for m in broker.middleware if isinstance(m, TimeLimit)), None)
+
+
+def _limit_ms(broker: dramatiq.Broker, message: dramatiq.Message, limit: TimeLimit) -> int:
+    """The limit the TimeLimit middleware gave the pack, which each envelope gets to itself."""
+    actor = broker.get_actor(message.actor_name)
+    return message.options.get("time_limit") or actor.options.get("time_limit", limit.time_limit)
 
 
 def _alone(subscriber: str, body: Any, pack: dramatiq.Message | None) -> dramatiq.Message:

@@ -10,7 +10,9 @@ acknowledged on the broker only once its letter is committed: a crash in between
 (an envelope updates its letter; an unreadable message gets a second one).
 """
 
+import contextlib
 import logging
+import uuid
 
 import dramatiq
 import pika.exceptions
@@ -22,6 +24,7 @@ from dramatiq.errors import DecodeError
 from outbox.core.brokers import reconnected_if_lost
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import PACK, is_pack, queue_name, subscribers
+from outbox.models import InboxMessage
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +75,39 @@ def _record(subscriber: str, body: bytes) -> None:
             error=SetAsideByTheBroker(f"not a Dramatiq message ({len(body)} bytes): rejected unread"),
         )
         return
-    if is_pack(message.args, message.kwargs):  # a letter for each envelope it carried, all or none
-        with transaction.atomic():
-            for body in message.kwargs[PACK]:
-                _record_failed(subscriber, body, message)
+    if is_pack(message.args, message.kwargs):
+        _record_pack(subscriber, message)
         return
     only = message.args[0] if len(message.args) == 1 and not message.kwargs else None
     _record_failed(subscriber, only if isinstance(only, dict) else None, message)
+
+
+def _record_pack(subscriber: str, pack: dramatiq.Message) -> None:
+    """A letter for each envelope the pack carried, all or none, except those its subscriber has
+    processed already (a pack fails into .XQ after some of its envelopes were handled): a letter
+    would reopen them for a replay that, once the inbox row is pruned, applies them twice."""
+    envelopes = pack.kwargs[PACK]
+    ids = {str(e.get("message_id")) for e in envelopes if isinstance(e, dict)}
+    processed = {
+        str(message_id)
+        for message_id in InboxMessage.objects.filter(subscriber=subscriber, message_id__in=_uuids(ids)).values_list(
+            "message_id", flat=True
+        )
+    }
+    with transaction.atomic():
+        for envelope in envelopes:
+            if isinstance(envelope, dict) and str(envelope.get("message_id")) in processed:
+                continue
+            body = envelope if isinstance(envelope, dict) else {"args": [envelope], "kwargs": {}}
+            _record_failed(subscriber, body, pack)
+
+
+def _uuids(ids: set[str]) -> list[uuid.UUID]:
+    found = []
+    for message_id in ids:
+        with contextlib.suppress(ValueError):
+            found.append(uuid.UUID(message_id))
+    return found
 
 
 def _record_failed(subscriber: str, envelope: dict | None, message: dramatiq.Message) -> None:

@@ -214,3 +214,101 @@ def test_a_pack_a_worker_of_an_earlier_version_set_aside_whole_is_sent_again_by_
     finally:
         worker.stop(timeout=10_000)
     assert effects_per_message() == {1: 6}
+
+
+def test_each_envelope_of_a_pack_has_the_time_limit_to_itself(worker, broker, caplog):
+    """Dramatiq arms one deadline a message: twenty envelopes of 0.1 s in a pack whose limit is
+    0.3 s would have had the limit fire half-way, on an envelope that did nothing wrong."""
+    from dramatiq.middleware import TimeLimit
+
+    time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
+    if not time_limit.manager.is_alive():
+        time_limit.after_process_boot(broker)  # what `rundramatiq` does at boot; an in-process Worker does not
+    pack = pack_of([message_to("probe_a", envelope) for envelope in envelopes(20, fail={"probe_a": "slow"})])
+    pack.options["time_limit"] = 300  # ms, for the pack as Dramatiq sees it
+
+    broker.enqueue(pack)
+
+    wait_until(lambda: Effect.objects.count() == 20, timeout=60, what="all twenty slow envelopes to take effect")
+    assert not [r for r in caplog.records if "Time limit exceeded" in r.getMessage()]
+    assert not DeadLetter.objects.exists()
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.parametrize("came_before", ["retried by Dramatiq", "redelivered by RabbitMQ"])
+def test_a_pack_that_comes_again_is_unpacked_each_envelope_enqueued_alone(broker, transactional_db, came_before):
+    """Its worker died half-way (an envelope that kills its worker would otherwise take the pack down
+    with it every time), or something escaped it: each envelope goes back alone, a first attempt."""
+    from dramatiq.brokers.rabbitmq import _RabbitmqMessage
+    from dramatiq.middleware import CurrentMessage
+
+    from outbox.handling.packs import dispatch_pack
+
+    sent = envelopes(3)
+    pack = pack_of([message_to("probe_a", envelope) for envelope in sent])
+    if came_before == "retried by Dramatiq":
+        pack.options["retries"] = 1
+    else:
+        pack = _RabbitmqMessage(True, 1, pack)  # what Dramatiq's consumer hands a worker for a redelivery
+    broker.declare_queue(queue_name("probe_a"), ensure=True)
+    token = CurrentMessage._MESSAGE.set(pack)
+    try:
+        dispatch_pack(subscriber="probe_a", bodies=pack.kwargs[PACK], broker=broker)
+    finally:
+        CurrentMessage._MESSAGE.reset(token)
+
+    alone = taken_off(broker, queue_name("probe_a"))
+    assert [message.args for message in alone] == [(envelope,) for envelope in sent]
+    assert {message.options.get("retries", 0) for message in alone} == {0}
+    assert {message.message_timestamp for message in alone} == {pack.message_timestamp}  # as old as the pack
+    assert not InboxMessage.objects.exists()  # none handled here: each will be, alone
+
+
+def test_a_retry_the_broker_refuses_to_enqueue_costs_the_other_envelopes_nothing(broker, transactional_db):
+    """The retry of a failing envelope cannot be enqueued (its broker is gone): the envelopes after it
+    are still handled, and the pack fails afterwards, to come again and be unpacked."""
+    from dramatiq.middleware import Retries
+
+    from outbox.handling.actors import declare_actors
+    from outbox.handling.packs import dispatch_pack
+
+    gone = RabbitmqBroker(url="amqp://guest:guest@127.0.0.1:1/%2F", middleware=[Retries()])  # nothing listens there
+    declare_actors(gone)
+    failing = envelopes(1, fail={"probe_a": "always"})[0]
+    after_it = envelopes(2)
+
+    with pytest.raises(dramatiq.errors.BrokerConnectionError):
+        dispatch_pack(subscriber="probe_a", bodies=[failing, *after_it], broker=gone)
+
+    assert sorted(str(m) for m in InboxMessage.objects.values_list("message_id", flat=True)) == sorted(
+        e["message_id"] for e in after_it
+    )
+
+
+@pytest.mark.rabbitmq
+def test_a_pack_set_aside_after_some_of_it_was_processed_gets_letters_for_the_rest_only(broker, transactional_db):
+    """A letter for a processed envelope could be replayed once its inbox row is pruned: applied twice."""
+    from outbox.handling.dispatch import dispatch
+
+    done, left = envelopes(2)
+    assert dispatch(subscriber="probe_a", body=done)
+    queue = queue_name("probe_a")
+    broker.declare_queue(queue, ensure=True)
+    pack = pack_of([message_to("probe_a", envelope) for envelope in (done, left)])
+    pack = pack.copy(kwargs={PACK: [done, left, "not an envelope"]})
+    with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+        connection.channel().basic_publish("", xq_name(queue), pack.encode(), pika.BasicProperties(delivery_mode=2))
+
+    assert collect_broker_dead_letters(broker) == 1
+
+    letters = DeadLetter.objects.order_by("id")
+    assert [letter.envelope for letter in letters] == [left, {"args": ["not an envelope"], "kwargs": {}}]
+
+
+def test_a_pack_size_whose_packs_could_outgrow_a_broker_message_is_warned_of(settings):
+    from outbox.core.conf import packs_fit_in_a_broker_message
+
+    assert packs_fit_in_a_broker_message() == []  # the defaults: 20 x 64 KiB
+    settings.OUTBOX_RELAY_PACK_SIZE = 1000
+
+    assert [warning.id for warning in packs_fit_in_a_broker_message()] == ["outbox.W001"]
