@@ -1,7 +1,8 @@
 """The relay: hand committed outbox rows to the broker, one copy per subscriber queue.
 
 Rows are *claimed* (a short lease written in its own transaction, `SKIP LOCKED` so several
-relays share the work), sent with the broker's publisher confirms, then marked published.
+relays share the work), sent with the broker's publisher confirms (on RabbitMQ the copies a claim
+holds for one queue travel in one message, a pack: outbox.relaying.publishers), then marked published.
 No lock or transaction is held while talking to the broker. A relay that dies between
 sending and marking leaves an expiring lease; the rows are sent again and the subscribers'
 inboxes drop the copies. Rows are found by "not yet published", never by a watermark, so a
