@@ -94,8 +94,8 @@ def _alone(subscriber: str, body: Any, pack: dramatiq.Message | None) -> dramati
 def _retry_alone(broker: dramatiq.Broker, message: dramatiq.Message, error: BaseException) -> None:
     """As dramatiq.middleware.Retries retries a failed message: one more retry counted (a message put
     back over a limit took one off first), after the actor's backoff or the delay it asked for. Should
-    this enqueue fail, the error leaves the pack: Dramatiq retries the whole pack, and the envelopes
-    already handled are duplicates then."""
+    the broker refuse this enqueue, dispatch_pack goes on with the other envelopes and fails the pack
+    afterwards: it comes again, unpacked, and the envelopes already handled are duplicates then."""
     actor = broker.get_actor(message.actor_name)
     retries = message.options.get("retries", 0)
     message.options["retries"] = retries + 1
