@@ -1,3 +1,4 @@
+import json
 import uuid
 from datetime import timedelta
 
@@ -8,8 +9,17 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from outbox.core.envelope import Envelope
-from outbox.core.publishing import EventTooLarge, PublishOutsideTransaction, handling, publish, publish_many
+from outbox.core.publishing import (
+    _ENVELOPE_BESIDE_PAYLOAD,
+    EventTooLarge,
+    PublishOutsideTransaction,
+    handling,
+    outbox_row,
+    publish,
+    publish_many,
+)
 from outbox.models import OutboxMessage
+from outbox.observability.tracing import LIMITS
 from tests.probe.events import ProbeEchoed, ProbePinged
 from tests.probe.models import Ping
 from tests.probe.services import Exploded, ping
@@ -174,6 +184,49 @@ def test_an_event_over_the_size_bound_is_refused_before_anything_is_written(sett
     with transaction.atomic():  # below the bound: written, and first in its stream
         row = publish(ProbePinged(n=1, fail={"probe_a": "x" * 100}), stream="ping:1")
     assert row.sequence == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_envelope_is_refused_exactly_when_its_serialized_size_is_over_the_bound(settings):
+    """publish() settles most events by their payload's JSON alone (written once, for the INSERT
+    too) and serializes the whole envelope only near the bound: the answer must be the same as if
+    it serialized every envelope."""
+    settings.OUTBOX_MAX_EVENT_BYTES = limit = 10_000
+    for n, size in enumerate(range(5_000, 10_001, 250)):
+        event = ProbePinged(n=n, fail={"probe_a": "é" * (size // 6)})  # escaped: 6 bytes a character
+        envelope_size = len(
+            json.dumps(
+                outbox_row(event, stream="ping:size", correlation_id=uuid.uuid4(), now=timezone.now()).envelope(),
+                separators=(",", ":"),
+            )
+        )
+        with transaction.atomic():
+            if envelope_size > limit:
+                with pytest.raises(EventTooLarge):
+                    publish(event, stream="ping:size")
+            else:
+                row = publish(event, stream="ping:size")
+                assert OutboxMessage.objects.get(pk=row.pk).payload == event.model_dump(mode="json")
+    assert 0 < OutboxMessage.objects.filter(stream="ping:size").count() < n + 1
+
+
+def test_what_an_envelope_holds_beside_its_payload_stays_under_the_bound_the_size_check_assumes():
+    """The longest type and stream the columns hold, every character escaped, a full trace context."""
+    longest = OutboxMessage(
+        message_id=uuid.uuid4(),
+        type="t" * OutboxMessage._meta.get_field("type").max_length,
+        version=2**31 - 1,
+        occurred_at=timezone.now(),
+        correlation_id=uuid.uuid4(),
+        causation_id=uuid.uuid4(),
+        stream="\u2603" * OutboxMessage._meta.get_field("stream").max_length,
+        sequence=2**63 - 1,
+        hops=2**31 - 1,
+        payload={},
+        trace_context={key: "x" * limit for key, limit in LIMITS.items()},
+    )
+    beside = len(json.dumps(longest.envelope(), separators=(",", ":"))) - len("{}")
+    assert beside < _ENVELOPE_BESIDE_PAYLOAD, beside
 
 
 @pytest.mark.django_db
