@@ -55,7 +55,7 @@ def nearest_drone(
     if free:
         # With the whole fleet busy (the common case for a delivery about to wait), one probe of the
         # free drones' index answers, instead of a search of every box.
-        if not Drone.objects.filter(status=Drone.Status.AVAILABLE, max_payload_kg__gte=assignment.weight_kg).exists():
+        if not _probe(Drone, "status = %s AND max_payload_kg >= %s", [Drone.Status.AVAILABLE, assignment.weight_kg]):
             return None
         status = ("status = %s", [Drone.Status.AVAILABLE])
     else:
@@ -166,7 +166,7 @@ def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
     locks the first of those heads; walking the whole line would read every parcel too heavy
     for it. Should another scheduler have taken that head meanwhile, the walk decides.
     """
-    if not Assignment.objects.filter(status=Assignment.Status.WAITING).exists():
+    if not anyone_waiting():
         # Nobody waits (the common case below saturation): one probe of the waiting line's partial
         # index answers, instead of building, compiling and running the walk below (21 ms of a
         # worker's CPU, most of it Django's, for every drone that became free).
@@ -184,6 +184,21 @@ def next_waiting_for(drone: Drone, *, now: datetime) -> Assignment | None:
     # this drone a delivery it can no longer reach in time.
     taken = line_for(drone, now=now).filter(delivery_id=first[2])
     return taken.first() or line_for(drone, now=now).first()
+
+
+def anyone_waiting() -> bool:
+    """Whether any delivery waits in line: one probe of the line's partial index."""
+    return _probe(Assignment, "status = %s", [Assignment.Status.WAITING])
+
+
+def _probe(model, where: str, params: list) -> bool:
+    """`model.objects.filter(...).exists()` for the scheduler's probes, which every delivery and
+    every drone that comes free runs (a free drone twice when nobody waits: before the line's lock
+    and after). Written as SQL: Django built and compiled the query each time, which cost the
+    worker more than the probe cost PostgreSQL (docs/performance.md)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {connection.ops.quote_name(model._meta.db_table)} WHERE {where} LIMIT 1", params)
+        return cursor.fetchone() is not None
 
 
 def lock_the_waiting_line() -> None:

@@ -31,20 +31,42 @@ def notify(*, delivery_id: UUID, kind: str, reason: str = "") -> None:
 
     The notification is one INSERT that does nothing on a conflict with the one already there:
     get_or_create's SELECT, then SAVEPOINT, INSERT and RELEASE, were four statements of every
-    delivery's status change (tests/test_statement_counts.py)."""
+    delivery's status change (tests/test_statement_counts.py). It and the read of the requests
+    are written as SQL: every delivery runs them twice, and Django's `bulk_create` and queryset
+    cost the worker more than PostgreSQL's work on them (docs/performance.md)."""
     with atomic():
         text = MESSAGES[kind].format(reason=reason)
-        Notification.objects.bulk_create(
-            [Notification(delivery_id=delivery_id, kind=kind, message=text)], ignore_conflicts=True
-        )
-        for request in NotifyMeRequest.objects.filter(delivery_id=delivery_id).order_by("id"):
-            channels = [(SentMessage.Channel.EMAIL, request.email_address), (SentMessage.Channel.SMS, request.sms)]
+        for request_id, email_address, sms in _record(delivery_id=delivery_id, kind=kind, text=text):
+            channels = [(SentMessage.Channel.EMAIL, email_address), (SentMessage.Channel.SMS, sms)]
             for channel, address in channels:
                 if not address:
                     continue
-                message, created = SentMessage.objects.get_or_create(request=request, kind=kind, channel=channel)
+                message, created = SentMessage.objects.get_or_create(request_id=request_id, kind=kind, channel=channel)
                 if created:
                     publish(NotificationDue(sent_message_id=message.pk), stream=f"notifications:{delivery_id}")
+
+
+def _record(*, delivery_id: UUID, kind: str, text: str) -> list[tuple[int, str, str]]:
+    """Record the notification (unless it is there) and return the delivery's notify-me requests,
+    (id, email address, SMS number) in the order they were made."""
+    quote = connection.ops.quote_name
+    delivery = _delivery_id.get_db_prep_value(delivery_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(Notification._meta.db_table)} (delivery_id, kind, message, created_at) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (delivery_id, kind) DO NOTHING",
+            [delivery, kind, text, _created_at.get_db_prep_value(timezone.now(), connection)],
+        )
+        cursor.execute(
+            f"SELECT id, email_address, sms FROM {quote(NotifyMeRequest._meta.db_table)} "
+            "WHERE delivery_id = %s ORDER BY id",
+            [delivery],
+        )
+        return cursor.fetchall()
+
+
+_delivery_id = Notification._meta.get_field("delivery_id")
+_created_at = Notification._meta.get_field("created_at")
 
 
 def send_message(*, sent_message_id: int) -> SentMessage | None:
