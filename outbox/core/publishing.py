@@ -122,14 +122,21 @@ def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
     until then. Returns how many. A timer already due is left to the relay, which may be sending it:
     its handler must still find it moot, as it must for a timer that fired before the change.
     """
-    if not transaction.get_connection(using).in_atomic_block:
+    connection = connections[using]
+    if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
-    withdrawn, _ = (
-        OutboxMessage.objects.using(using)
-        .filter(stream=stream, published_at__isnull=True, available_at__gt=timezone.now())
-        .delete()
-    )
-    return withdrawn
+    # As SQL: the ORM's delete() built the query and looked for cascades and signals (the outbox has
+    # neither) for every delivery that ends, at more CPU than the DELETE (docs/performance.md).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {connection.ops.quote_name(OutboxMessage._meta.db_table)} "
+            "WHERE stream = %s AND published_at IS NULL AND available_at > %s",
+            [stream, _available_at.get_db_prep_value(timezone.now(), connection)],
+        )
+        return cursor.rowcount
+
+
+_available_at = OutboxMessage._meta.get_field("available_at")
 
 
 def _append(rows: list[OutboxMessage], *, due_now: list[bool], connection) -> None:
