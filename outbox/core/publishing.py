@@ -126,7 +126,7 @@ def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
     if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
     # As SQL: the ORM's delete() built the query and looked for cascades and signals (the outbox has
-    # neither) for every delivery that ends, at more CPU than the DELETE (docs/performance.md).
+    # neither) for every story that ends, at more CPU than the DELETE (docs/performance.md).
     with connection.cursor() as cursor:
         cursor.execute(
             f"DELETE FROM {connection.ops.quote_name(OutboxMessage._meta.db_table)} "
@@ -243,6 +243,23 @@ def numbered_insert(rows: list[OutboxMessage], *, connection, due_now: list[bool
 # unchanged on PostgreSQL (a str, a UUID, an int): their conversion is skipped. The others (JSON,
 # which needs psycopg's Jsonb wrapper; a datetime, which Django makes aware) go through Django's.
 _BOUND_AS_IS = (models.CharField, models.UUIDField, models.IntegerField)
+# The relay's and the sweep's columns, which a new row always has at their defaults (outbox_row()):
+# written into the statement, not bound, they keep three events (an accepted request's) within
+# psycopg's 50 parameters, past which it parses the statement's text anew on every execution.
+_AT_THEIR_DEFAULTS = {
+    field.attname: {None: "NULL", "": "''", 0: "0"}[field.get_default()]
+    for field in OutboxMessage._meta.concrete_fields
+    if field.attname
+    in (
+        "published_at",
+        "claimed_until",
+        "claimed_by",
+        "send_attempts",
+        "target_subscriber",
+        "acknowledged_at",
+        "resends",
+    )
+}
 _shapes: dict[tuple, tuple[str, tuple]] = {}
 
 
@@ -262,6 +279,8 @@ def _numbered_insert_shape(connection, due_now: tuple[bool, ...]) -> tuple[str, 
     for place, due in enumerate(due_now):
         below_last = len(due_now) - 1 - place
         computed = {
+            **_AT_THEIR_DEFAULTS,
+            "stream": "(SELECT name FROM numbered)",
             "sequence": "(SELECT last_sequence FROM numbered)" + (f" - {below_last}" if below_last else ""),
             **({"available_at": "now()"} if due else {}),
         }
@@ -304,7 +323,7 @@ def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connecti
 
 _NUMBER_IN_STREAM = (
     "INSERT INTO {table} (name, last_sequence) VALUES (%s, {count}) "
-    "ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + {count} RETURNING last_sequence"
+    "ON CONFLICT (name) DO UPDATE SET last_sequence = {table}.last_sequence + {count} RETURNING last_sequence, name"
 )
 
 
