@@ -103,6 +103,19 @@ class Deployment:
             )
         )
 
+    def logs(self) -> str:
+        """The end of each process's output: what a timed-out wait shows of why."""
+        return "\n".join(
+            f"--- {log.name}:\n{log.read_text(errors='replace')[-2000:]}"
+            for log in sorted(self.shop.glob(f"*-{self.prefix}.log"))
+        )
+
+    def wait_until(self, condition, *, what: str) -> None:
+        try:
+            wait_until(condition, timeout=60, what=what)
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}\n{self.logs()}") from None
+
     def count(self, sql: str) -> int:
         with sqlite3.connect(self.shop / "db.sqlite3") as connection:
             return connection.execute(sql).fetchone()[0]
@@ -129,17 +142,15 @@ def exactly_once_and_a_poison_letter(shop: Path, broker_url: str) -> None:
         deployment.start("rundramatiq", "--processes", "1", "--threads", "2")
         deployment.manage("shell", "-c", "from orders.services import place_order; place_order(item='tea')")
 
-        wait_until(
+        deployment.wait_until(
             lambda: deployment.count("SELECT count(*) FROM outbox_inboxmessage WHERE subscriber = 'billing'") == 1,
-            timeout=60,
             what="billing to process order.placed",
         )
         assert deployment.count("SELECT count(*) FROM billing_invoice") == 1
 
         deployment.manage("shell", "-c", "from orders.services import place_order; place_order(item='poison')")
-        wait_until(
+        deployment.wait_until(
             lambda: deployment.count("SELECT count(*) FROM outbox_deadletter WHERE subscriber = 'billing'") == 1,
-            timeout=60,
             what="the poison order's dead letter",
         )
         listed = deployment.manage(
