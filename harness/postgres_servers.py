@@ -152,12 +152,15 @@ def _connect(port: int, dbname: str = "postgres") -> psycopg.Connection:
     return psycopg.connect(host=HOST, port=port, user="postgres", dbname=dbname, connect_timeout=3, autocommit=True)
 
 
-def _scalar(port: int, query: str):  # the first value; None when no server answers there
+def _scalar(port: int, query: str):
+    """The first value; None when no server answers there, or the query finds no row yet (a
+    standby that has not connected has no row in pg_stat_replication)."""
     try:
         with _connect(port) as conn:
-            return conn.execute(query).fetchone()[0]
+            row = conn.execute(query).fetchone()
     except psycopg.OperationalError:
         return None
+    return None if row is None else row[0]
 
 
 class _Rig:
