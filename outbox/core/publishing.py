@@ -121,21 +121,34 @@ def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
     deadline no more, and a timer left behind would fire for nothing and be listed as pending
     until then. Returns how many. A timer already due is left to the relay, which may be sending it:
     its handler must still find it moot, as it must for a timer that fired before the change.
+
+    "Later" is read on the database's clock, which the relays read too: an event due at once carries
+    the database's time, and a host whose clock is behind would otherwise see it as still to come
+    and delete it unsent. Only the stream's own events are taken back, never a replay or a copy the
+    sweep sends again: those are owed to one subscriber, whatever the story did since.
     """
     connection = connections[using]
     if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
     # As SQL: the ORM's delete() built the query and looked for cascades and signals (the outbox has
     # neither) for every story that ends, at more CPU than the DELETE (docs/performance.md).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {connection.ops.quote_name(OutboxMessage._meta.db_table)} "
-            "WHERE stream = %s AND published_at IS NULL AND available_at > %s",
-            [stream, _available_at.get_db_prep_value(timezone.now(), connection)],
-        )
+    sql, params = _WITHDRAW, [stream]
+    if connection.vendor != "postgresql":  # one host (SQLite, the embedded default): its clock is the one
+        sql, params = _WITHDRAW_BY_HOST_CLOCK, [stream, _available_at.get_db_prep_value(timezone.now(), connection)]
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+        cursor.execute(sql.format(table=connection.ops.quote_name(OutboxMessage._meta.db_table)), params)
         return cursor.rowcount
 
 
+# clock_timestamp(), read as each row is looked at, is later than the start of any transaction whose
+# row this statement sees (committed before its snapshot): now(), this transaction's start, is not.
+_WITHDRAW = (
+    "DELETE FROM {table} WHERE stream = %s AND target_subscriber = '' AND published_at IS NULL "
+    "AND available_at > clock_timestamp()"
+)
+_WITHDRAW_BY_HOST_CLOCK = (
+    "DELETE FROM {table} WHERE stream = %s AND target_subscriber = '' AND published_at IS NULL AND available_at > %s"
+)
 _available_at = OutboxMessage._meta.get_field("available_at")
 
 
