@@ -13,7 +13,7 @@ third of a read's CPU.)
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import connections, models
+from django.db import connections, models, transaction
 from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=models.Model)
@@ -39,7 +39,8 @@ def locked_row(model: type[M], key, *, using: str = "default") -> M | None:
     if not connection.in_atomic_block:  # as select_for_update() refuses: the lock would end at once
         raise TransactionManagementError(f"locked_row({model.__name__}) must run inside transaction.atomic()")
     shape = _shapes.get((model, connection.vendor)) or _shape_of(model, connection)
-    with connection.cursor() as cursor:
+    # A lock not had (a lock timeout, a deadlock) aborts the transaction: marked, as save() marks it.
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(shape.sql, [model._meta.pk.get_db_prep_value(key, connection)])
         row = cursor.fetchone()
     if row is None:

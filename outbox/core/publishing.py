@@ -323,7 +323,13 @@ def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connecti
     # would quote every value into the text of the statement and parse it anew each time. Its
     # errors are Django's, as the ORM's are (a lost connection an OperationalError the API answers
     # with 503, a refused value a DataError dispatch sets aside as unprocessable).
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    # A failure marks the transaction for rollback, as the ORM's save() does (a DataError caught by
+    # the caller must not let it commit what PostgreSQL has aborted).
+    with (
+        transaction.mark_for_rollback_on_error(connection.alias),
+        connection.wrap_database_errors,
+        psycopg.Cursor(connection.connection) as cursor,
+    ):
         if connection.queries_logged:  # DEBUG, or a test counting statements: logged as Django's own are
             with CursorDebugWrapper(cursor, connection).debug_sql(sql, params):
                 cursor.execute(sql, params, prepare=True)

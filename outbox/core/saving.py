@@ -8,6 +8,10 @@ statement for a (model, fields) pair is written once from the model's metadata; 
 every field's `pre_save()` (so `auto_now` moves as with `save()`) and `get_db_prep_save()` (the
 values bound as the ORM binds them), and sends it.
 
+Like `save()`, a failure marks the caller's transaction for rollback
+(`transaction.mark_for_rollback_on_error`), so that a caller catching it (an IntegrityError for a key
+already there) cannot commit as if the transaction still held its work.
+
 What it leaves out, on purpose: the `pre_save`/`post_save` signals (no model of this project
 listens to them) and a model's own `save()` override (refused: that logic would be skipped).
 A value that is an expression (`F("n") + 1`), or a field that writes its own placeholder, goes
@@ -21,7 +25,7 @@ through `save(force_insert=True)`, which reads back what the database chose.
 
 from collections.abc import Iterable
 
-from django.db import DatabaseError, connections, models
+from django.db import DatabaseError, connections, models, transaction
 
 _statements: dict[tuple[type[models.Model], tuple[str, ...], str], tuple[str, tuple[models.Field, ...]]] = {}
 _inserts: dict[tuple[type[models.Model], str], tuple[str, tuple[models.Field, ...]]] = {}
@@ -43,7 +47,9 @@ def save_fields(instance: models.Model, fields: Iterable[str], *, using: str | N
         return
     parameters = [field.get_db_prep_save(value, connection) for field, value in zip(to_write, values, strict=True)]
     parameters.append(model._meta.pk.get_db_prep_value(instance.pk, connection))
-    with connection.cursor() as cursor:
+    # As save() does, a failure marks the transaction for rollback: a caller that catches it cannot
+    # go on to commit what PostgreSQL has aborted (dispatch refuses that as WorkRolledBack).
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(sql, parameters)
         if cursor.rowcount == 0:  # as save(update_fields=...) says it
             raise DatabaseError("Save with update_fields did not affect any rows.")
@@ -88,7 +94,7 @@ def insert_row(instance: models.Model, *, using: str | None = None) -> None:
         instance.save(force_insert=True, using=using)  # the database chooses a value: save() reads it back
         return
     parameters = [field.get_db_prep_save(value, connection) for field, value in zip(to_write, values, strict=True)]
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:  # as save() does
         cursor.execute(sql, parameters)
     instance._state.adding, instance._state.db = False, using
 

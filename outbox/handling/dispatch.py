@@ -24,6 +24,7 @@ from dramatiq.middleware import CurrentMessage
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.rate_limits import RateLimitExceeded
 from opentelemetry.trace import SpanKind
+from psycopg.pq import TransactionStatus
 from pydantic import ValidationError
 
 from outbox.core.contracts import upcast
@@ -50,16 +51,29 @@ logger = logging.getLogger(__name__)
 
 class WorkRolledBack(RuntimeError):
     """A handler returned after an error had rolled its transaction back: a service raised inside
-    `outbox.core.publishing.atomic` (which joins the handler's transaction without a savepoint) and the
-    handler caught it. Nothing it did would be kept, its inbox row included, so it is retried and
-    then dead-lettered like any failure instead of being acknowledged as processed."""
+    `outbox.core.publishing.atomic` (which joins the handler's transaction without a savepoint), or
+    a statement failed, and the handler caught it. Nothing it did would be kept, its inbox row
+    included, so it is retried and then dead-lettered like any failure instead of being
+    acknowledged as processed."""
+
+
+def rolled_back(connection) -> bool:
+    """Whether committing now would keep nothing: Django marked the transaction for rollback (the
+    ORM's save(), the kernel's statements and `atomic()` do when they fail), or PostgreSQL aborted it
+    at a failed statement that told Django nothing (a service's own `cursor.execute`), whose COMMIT
+    it then answers with a ROLLBACK that psycopg does not raise. Read from libpq: no round trip."""
+    if connection.needs_rollback:
+        return True
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return False
+    return connection.connection.info.transaction_status == TransactionStatus.INERROR
 
 
 def _refuse_rolled_back_work(subscriber: str, envelope: Envelope) -> None:
-    if transaction.get_connection().needs_rollback:
+    if rolled_back(transaction.get_connection()):
         raise WorkRolledBack(
             f"{subscriber}'s handler of {envelope.type} went on after an error rolled its transaction back "
-            "(a service's error caught inside the handler): nothing it did was kept"
+            "(a service's error or a failed statement caught inside the handler): nothing it did was kept"
         )
 
 

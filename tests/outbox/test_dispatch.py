@@ -63,6 +63,30 @@ def test_a_handler_that_swallows_its_services_error_is_retried_then_dead_lettere
     assert not Ping.objects.filter(n=1).exists()  # the service's write stayed rolled back
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "swallow_insert_row",  # insert_row() of a key already there, an IntegrityError the handler catches
+        pytest.param("swallow_sql", marks=pytest.mark.postgres),  # a service's own SQL (SQLite keeps the rest)
+    ],
+)
+def test_a_handler_that_catches_a_failed_hand_written_statement_is_retried_then_dead_lettered(
+    worker, deliver, broker, mode
+):
+    """PostgreSQL aborts the transaction at the failed statement, and a COMMIT then rolls it back
+    without a word: processed, acknowledged, with its work and its inbox row gone. The statements
+    written by hand mark the transaction as the ORM's save() does, and dispatch asks PostgreSQL
+    itself whether the transaction is aborted, whoever sent the statement (issue 45, 2)."""
+    body = envelope(payload={"n": 1, "fail": {"probe_a": mode}})
+    deliver("probe_a", body)
+
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="a dead letter")
+    assert (letter.reason, letter.attempts) == ("handler_error", settings.OUTBOX_MAX_RETRIES + 1)
+    assert letter.exception_type == "outbox.handling.dispatch.WorkRolledBack"
+    assert not InboxMessage.objects.filter(subscriber="probe_a").exists()
+    assert not Ping.objects.filter(n=1).exists()
+
+
 def test_a_transient_error_that_clears_on_the_second_attempt_is_processed_once(worker, deliver, broker):
     body = envelope(payload={"n": 1, "fail": {"probe_a": "once"}})
     deliver("probe_a", body)

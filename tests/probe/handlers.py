@@ -1,12 +1,21 @@
 import threading
 
+from django.db import IntegrityError
 from dramatiq.middleware import CurrentMessage
 
 from outbox.core.contracts import Reader
 from outbox.core.dead_letters import Rejected
 from outbox.core.subscriptions import Received, subscribe
 from tests.probe.models import Outage
-from tests.probe.services import Exploded, record_effect, refuse_inside_a_service
+from tests.probe.services import (
+    Exploded,
+    insert_a_key_already_there,
+    record_effect,
+    refuse_inside_a_service,
+    run_a_statement_that_fails,
+)
+
+SWALLOWED_STATEMENTS = {"swallow_insert_row": insert_a_key_already_there, "swallow_sql": run_a_statement_that_fails}
 
 
 class Pinged(Reader):
@@ -52,11 +61,17 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
 
 @subscribe("probe_a", "probe.pinged", reader=Pinged)
 def a_on_pinged(message: Received[Pinged]) -> None:
-    if message.payload.fail.get("probe_a") == "swallow":
+    mode = message.payload.fail.get("probe_a")
+    if mode == "swallow":
         try:
             refuse_inside_a_service(n=message.payload.n)
         except Exploded:
             return  # the trap: a handler that catches its service's refusal and returns as if done
+    if mode in SWALLOWED_STATEMENTS:
+        try:
+            SWALLOWED_STATEMENTS[mode](n=message.payload.n)
+        except IntegrityError:
+            return  # the same trap, with a statement written by hand that the database refused
     _misbehave("probe_a", message.payload.fail.get("probe_a"))
     record_effect(
         subscriber="probe_a",

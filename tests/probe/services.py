@@ -1,9 +1,10 @@
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from outbox.core.publishing import atomic as outbox_atomic
 from outbox.core.publishing import publish
+from outbox.core.saving import insert_row
 from tests.probe.events import ProbeEchoed, ProbePinged, ProbeUndoRequested
 from tests.probe.models import Effect, Ping
 
@@ -44,6 +45,19 @@ def refuse_inside_a_service(*, n: int) -> None:
     with outbox_atomic():
         Ping.objects.create(n=n)
         raise Exploded("the service refused")
+
+
+def insert_a_key_already_there(*, n: int) -> None:
+    """A write, then `insert_row()` of a row whose key is there already: an IntegrityError, as the docs say."""
+    record = Ping.objects.create(n=n)
+    insert_row(Ping(pk=record.pk, n=n))
+
+
+def run_a_statement_that_fails(*, n: int) -> None:
+    """A write, then a service's own SQL that the database refuses (a key already there)."""
+    record = Ping.objects.create(n=n)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {Ping._meta.db_table} (id, n) VALUES (%s, %s)", [record.pk, n])
 
 
 def request_undo(*, n: int, fail: dict[str, str] | None = None) -> None:
