@@ -12,29 +12,59 @@ limit of thousands.)
 Requests without a valid token are refused (401) before any throttle runs; a token is 256
 random bits, so guessing one is not what a rate limit is for.
 
-A store that cannot be reached lets the request through uncounted. django-ninja runs throttles
-outside the handlers of its API, so an error raised here was Django's HTML 500 (seen: a failover
-closed the connection between the token's query and this one). The request goes on to its own
-queries instead, which meet the same outage and answer the API's JSON 503 with Retry-After; with
-Redis as the store, a rate limit is a protection, not a reason to refuse every customer.
+A store that cannot be reached lets the request through uncounted, and counts it in
+`api_rate_limit_store_failures_total{outcome="let_through"}` for an alert to watch. django-ninja
+runs throttles outside the handlers of its API, so an error raised here was Django's HTML 500
+(seen: a failover closed the connection between the token's query and this one). The request goes
+on to its own queries instead, which meet the same outage and answer the API's JSON 503 with
+Retry-After; with Redis as the store, a rate limit is a protection, not a reason to refuse every
+customer. "Cannot be reached" is a lost connection only: a lock or statement timeout, a deadlock,
+SQLite's "database is locked" are contention, which a customer flooding the API makes on its own
+counter row, and the request is refused (429, `outcome="refused"`) rather than let through.
 """
 
 import logging
 import threading
 import time
 
+import psycopg
 from django.conf import settings
 from django.core.cache import cache
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
+from prometheus_client import Counter
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from deliveries.models import ApiRequestCount
 
 logger = logging.getLogger(__name__)
-# The store is unreachable (its own errors when it is Redis, through django.core.cache's backend).
-STORE_UNREACHABLE = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
+
+STORE_FAILURES = Counter(
+    "api_rate_limit_store_failures",
+    "Requests whose rate limit could not be counted: let_through (the store unreachable: uncounted) "
+    "or refused (the store busy: contention, as a flood makes on its own counter)",
+    ["store", "outcome"],
+)
+# A request refused under contention is told to come back after this long.
+RETRY_AFTER_CONTENTION_SECONDS = 1.0
+# PostgreSQL's error classes of a connection that is gone or going: 08 (connection exception) and
+# the server shutting down or starting (57P01-57P03). Everything else (55P03 lock not available,
+# 57014 statement timeout, 40P01 deadlock) answered: the store is there, only busy.
+_CONNECTION_GONE = ("08", "57P01", "57P02", "57P03")
+
+
+def store_unreachable(error: BaseException) -> bool:
+    """Whether `error` says the counters' store cannot be reached, as opposed to busy."""
+    if isinstance(error, RedisConnectionError | RedisTimeoutError | InterfaceError):
+        return True
+    if not isinstance(error, OperationalError):
+        return False
+    cause = error.__cause__
+    if isinstance(cause, psycopg.OperationalError):  # sqlstate None: lost on the client's side
+        return cause.sqlstate is None or cause.sqlstate.startswith(_CONNECTION_GONE)
+    return False  # SQLite's: a file on this host, never unreachable; "database is locked" is contention
 
 
 def parse_rate(rate: str) -> tuple[int, int]:
@@ -88,13 +118,24 @@ class CustomerRateThrottle(BaseThrottle):
         now = time.time()
         window = int(now // seconds)
         count_in = _count_in_cache if settings.CACHE_URL else _count_in_database
+        store = "redis" if settings.CACHE_URL else "database"
         try:
             count = count_in(customer.pk, seconds, window)
-        except STORE_UNREACHABLE as error:
-            logger.warning("rate limit not counted, its store is unreachable: %s", str(error).splitlines()[0])
+        except (DatabaseError, RedisError) as error:
+            if not store_unreachable(error):
+                STORE_FAILURES.labels(store, "refused").inc()
+                logger.info("rate limit refused a request, its store is busy: %s", _first_line(error))
+                self._last.wait = RETRY_AFTER_CONTENTION_SECONDS
+                return False
+            STORE_FAILURES.labels(store, "let_through").inc()
+            logger.warning("rate limit not counted, its store is unreachable: %s", _first_line(error))
             return True
         self._last.wait = (window + 1) * seconds - now
         return count <= limit
 
     def wait(self) -> float:
         return self._last.wait
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]

@@ -200,8 +200,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 # in Redis when DJANGO_CACHE_URL names one (Django's cache), else in the database.
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "6000/min")
 CACHE_URL = os.environ.get("DJANGO_CACHE_URL", "")
+# A Redis that accepts connections and never answers (wedged, or a half-open proxy in front) holds
+# every request until redis-py gives up (5 s by default in redis-py 8; without end in earlier ones).
+# After this long the count gives up and the request goes on uncounted (deliveries/rate_limits.py,
+# counted in a metric): a count takes well under a millisecond.
+REDIS_CACHE_OPTIONS = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
 if CACHE_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "OPTIONS": REDIS_CACHE_OPTIONS,
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

@@ -2,16 +2,22 @@
 counted in a store every web process shares (the database's cache table, or Redis)."""
 
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import F
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from deliveries.models import Delivery
+from deliveries.models import ApiRequestCount, Delivery
 from outbox.models import OutboxMessage
 from tests.factories import Customer
 from tests.processes import a_free_port
@@ -163,3 +169,149 @@ def test_a_redis_store_that_is_down_lets_requests_through_uncounted(settings):
     alice = Customer("alice")
 
     assert [alice.get("/deliveries").status_code for _ in range(3)] == [200, 200, 200]
+
+
+def _store_failures(store: str, outcome: str) -> float:
+    from deliveries.rate_limits import STORE_FAILURES
+
+    return STORE_FAILURES.labels(store, outcome)._value.get()
+
+
+@contextmanager
+def the_counter_row_held_by_another_transaction(customer):
+    """Contention, made as a flood makes it: another request's transaction holds the customer's
+    counter (PostgreSQL: the row; SQLite: the database's write lock), and this request's store gives
+    up waiting for it early (a lock timeout, SQLite's busy timeout), as a DATABASE_URL may say."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                ApiRequestCount.objects.filter(customer=customer.customer).update(requests=F("requests"))
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30), "the other transaction never took its lock"
+        with connection.cursor() as cursor:  # this connection's; closed below, so no later test inherits it
+            cursor.execute(
+                "SET lock_timeout = '50ms'" if connection.vendor == "postgresql" else "PRAGMA busy_timeout = 50"
+            )
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+        connection.close()
+
+
+def test_the_limit_refuses_under_contention_rather_than_let_requests_through_uncounted(settings):
+    """Issue 45: a lock timeout, a deadlock or SQLite's "database is locked" were read as the store
+    being unreachable, so a customer flooding the API made the contention that let it through."""
+    settings.CACHE_URL, settings.API_RATE_LIMIT = "", "3/day"
+    alice = Customer("alice")
+    assert alice.get("/deliveries").status_code == 200  # the counter row is there
+    refused_before = _store_failures("database", "refused")
+
+    with the_counter_row_held_by_another_transaction(alice):
+        answer = alice.get("/deliveries")
+
+    assert answer.status_code == 429, answer.content[:200]
+    assert answer["Retry-After"] == "1"
+    assert _store_failures("database", "refused") == refused_before + 1
+    assert [alice.get("/deliveries").status_code for _ in range(3)] == [200, 200, 429]  # counted as before
+
+
+@pytest.mark.parametrize(
+    ("error", "unreachable"),
+    [
+        (OperationalError("the connection is closed"), "psycopg.OperationalError"),
+        (OperationalError("terminating connection due to administrator command"), "57P01"),
+        (OperationalError("canceling statement due to lock timeout"), "55P03"),
+        (OperationalError("canceling statement due to statement timeout"), "57014"),
+        (OperationalError("deadlock detected"), "40P01"),
+        (OperationalError("database is locked"), "sqlite3"),
+        (InterfaceError("connection already closed"), None),
+        (RedisConnectionError("Connection refused"), None),
+        (RedisTimeoutError("Timeout reading from socket"), None),
+    ],
+)
+def test_only_a_lost_connection_counts_as_the_store_unreachable(error, unreachable):
+    """Pure logic: which errors let a request through uncounted (a lost connection) and which are
+    contention, refused. The cause is what Django's wrapper keeps of the driver's error."""
+    import sqlite3
+
+    import psycopg
+    from psycopg import errors
+
+    from deliveries.rate_limits import store_unreachable
+
+    causes = {
+        "psycopg.OperationalError": psycopg.OperationalError("the connection is closed"),
+        "57P01": errors.AdminShutdown(),
+        "55P03": errors.LockNotAvailable(),
+        "57014": errors.QueryCanceled(),
+        "40P01": errors.DeadlockDetected(),
+        "sqlite3": sqlite3.OperationalError("database is locked"),
+    }
+    error.__cause__ = causes.get(unreachable)
+    expected = unreachable in (None, "psycopg.OperationalError", "57P01")
+
+    assert store_unreachable(error) is expected
+
+
+def test_a_redis_store_that_accepts_connections_and_never_answers_lets_requests_through_uncounted(settings):
+    """A wedged Redis (or a half-open proxy in front of one) answers nothing: redis-py's time-out
+    (REDIS_CACHE_OPTIONS) is the store being unreachable, as a refused connection is."""
+    settings.API_RATE_LIMIT = "1/day"
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes each handshake; nothing ever accepts or answers
+        settings.CACHE_URL = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": settings.CACHE_URL,
+                "OPTIONS": settings.REDIS_CACHE_OPTIONS,  # what the settings give a DJANGO_CACHE_URL
+            }
+        }
+        alice = Customer("alice")
+        let_through_before = _store_failures("redis", "let_through")
+        answers = []
+
+        def ask():
+            try:
+                answers.extend(alice.get("/deliveries").status_code for _ in range(2))
+            finally:
+                connection.close()
+
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        asking.join(30)
+
+    assert not asking.is_alive(), "the request waited on the silent Redis for good"
+    assert answers == [200, 200]
+    assert _store_failures("redis", "let_through") == let_through_before + 2
+
+
+def test_a_customers_first_request_of_a_window_forgets_its_older_windows_and_no_one_elses(settings):
+    """The counter table keeps what a count still needs: the current window and the one before
+    (a request at a window's edge); a customer's older ones go with their first request of a new
+    window, and another customer's stay until theirs."""
+    settings.CACHE_URL, settings.API_RATE_LIMIT = "", "3/day"
+    alice, bob = Customer("alice"), Customer("bob")
+    day = int(time.time() // 86400)
+    for customer, ago in [(alice, 5), (alice, 2), (alice, 1), (bob, 5)]:
+        ApiRequestCount.objects.create(customer=customer.customer, seconds=86400, window_index=day - ago, requests=3)
+
+    assert alice.get("/deliveries").status_code == 200
+
+    kept = ApiRequestCount.objects.order_by("customer__name", "window_index")
+    assert [(row.customer_id == alice.customer.pk, day - row.window_index, row.requests) for row in kept] == [
+        (True, 1, 3),
+        (True, 0, 1),
+        (False, 5, 3),
+    ]
