@@ -1,6 +1,7 @@
 """Packs: the copies a relay claimed together for one queue travel in one broker message, and each
 envelope in it is still handled, retried and dead-lettered on its own (outbox.handling.packs)."""
 
+import threading
 import uuid
 
 import dramatiq
@@ -10,10 +11,12 @@ from django.conf import settings
 from django.db.models import Sum
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
+from dramatiq.middleware import MiddlewareError, TimeLimit
+from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core.brokers import broker_urls
 from outbox.core.dead_letters import record_dead_letter
-from outbox.core.subscriptions import PACK, message_to, pack_of, queue_name
+from outbox.core.subscriptions import PACK, actor_name, is_pack, message_to, pack_of, queue_name
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relaying.broker_letters import collect_broker_dead_letters
 from outbox.relaying.publishers import PipelinedPublisher
@@ -39,6 +42,50 @@ def taken_off(broker, queue: str) -> list[dramatiq.Message]:
         if method is None:
             return messages
         messages.append(dramatiq.Message.decode(body))
+
+
+def time_limit_running(broker) -> TimeLimit:
+    time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
+    if not time_limit.manager.is_alive():
+        time_limit.after_process_boot(broker)  # what `rundramatiq` does at boot; an in-process Worker does not
+    return time_limit
+
+
+class Refused(MiddlewareError):
+    """What the test's broker answers an enqueue it refuses (a MiddlewareError: Dramatiq lets it through)."""
+
+
+class Enqueues(dramatiq.Middleware):
+    """Test-only middleware on the real broker: keeps every message enqueued, with its delay, and
+    hands each to `meddle` first, which may refuse it or hold it up (fault injection)."""
+
+    def __init__(self, meddle):
+        self.seen: list[tuple[dramatiq.Message, int | None]] = []
+        self.meddle = meddle
+
+    def before_enqueue(self, broker, message, delay):
+        self.seen.append((message, delay))
+        self.meddle(message)
+
+    def alone(self, message_id: str) -> list[tuple[dramatiq.Message, int | None]]:
+        """The enqueues of the message carrying envelope `message_id` alone: first attempts and retries
+        (a retry twice: delayed, then back from the delay queue with no delay)."""
+        return [(m, delay) for m, delay in self.seen if m.message_id == message_id and not is_pack(m.args, m.kwargs)]
+
+
+@pytest.fixture
+def enqueues(broker):
+    """Watch (and meddle with) what is enqueued on the run's broker, for this test only."""
+    added = []
+
+    def watch(meddle=lambda message: None) -> Enqueues:
+        added.append(Enqueues(meddle))
+        broker.add_middleware(added[-1])
+        return added[-1]
+
+    yield watch
+    for middleware in added:
+        broker.middleware.remove(middleware)
 
 
 @pytest.mark.rabbitmq
@@ -219,11 +266,7 @@ def test_a_pack_a_worker_of_an_earlier_version_set_aside_whole_is_sent_again_by_
 def test_each_envelope_of_a_pack_has_the_time_limit_to_itself(worker, broker, caplog):
     """Dramatiq arms one deadline a message: twenty envelopes of 0.1 s in a pack whose limit is
     0.3 s would have had the limit fire half-way, on an envelope that did nothing wrong."""
-    from dramatiq.middleware import TimeLimit
-
-    time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
-    if not time_limit.manager.is_alive():
-        time_limit.after_process_boot(broker)  # what `rundramatiq` does at boot; an in-process Worker does not
+    time_limit_running(broker)
     pack = pack_of([message_to("probe_a", envelope) for envelope in envelopes(20, fail={"probe_a": "slow"})])
     pack.options["time_limit"] = 300  # ms, for the pack as Dramatiq sees it
 
@@ -312,3 +355,65 @@ def test_a_pack_size_whose_packs_could_outgrow_a_broker_message_is_warned_of(set
     settings.OUTBOX_RELAY_PACK_SIZE = 1000
 
     assert [warning.id for warning in packs_fit_in_a_broker_message()] == ["outbox.W001"]
+
+
+def test_an_envelope_that_fails_in_a_pack_is_retried_after_the_backoff_of_a_first_retry(worker, broker, enqueues):
+    """The delay Dramatiq's Retries would have given it alone: the actor's min_backoff, jittered up to
+    twice that. One step further (the backoff of a second retry) is two to four times it."""
+    watched = enqueues()
+    failing = envelopes(1, fail={"probe_a": "once"})[0]
+    broker.enqueue(pack_of([message_to("probe_a", envelope) for envelope in [failing, *envelopes(1)]]))
+
+    wait_until(lambda: Effect.objects.count() == 2, what="both envelopes to take effect, the failing one retried")
+    [(retry, delay)] = [(m, delay) for m, delay in watched.alone(failing["message_id"]) if delay is not None]
+    min_backoff = broker.get_actor(actor_name("probe_a")).options["min_backoff"]
+    assert retry.options["retries"] == 1
+    assert min_backoff <= delay < 2 * min_backoff
+
+
+def test_a_stuck_envelope_in_a_pack_is_cut_off_at_the_packs_own_time_limit(worker, broker, enqueues):
+    """A pack's `time_limit` option is what Dramatiq would have armed for it, so each of its envelopes
+    gets that, not the actor's (here Dramatiq's default of ten minutes, which the stuck one is well within)."""
+    time_limit_running(broker)
+    watched = enqueues()
+    stuck = envelopes(1, fail={"probe_a": "stuck"})[0]
+    pack = pack_of([message_to("probe_a", envelope) for envelope in [stuck, *envelopes(1)]])
+    pack.options["time_limit"] = 300  # ms
+
+    broker.enqueue(pack)
+
+    wait_until(lambda: Effect.objects.count() == 2, timeout=60, what="both envelopes to take effect")
+    retried = [m.options.get("retries") for m, delay in watched.alone(stuck["message_id"]) if delay is not None]
+    assert retried == [1]  # cut off in the pack, and retried alone (under the actor's limit, it is not cut again)
+
+
+def test_a_time_limit_that_fires_between_two_envelopes_has_the_pack_retried_and_unpacked(worker, broker, enqueues):
+    """The deadline fires outside any handler (here while the broker is slow to take a failing envelope's
+    retry): it escapes the pack, Dramatiq's Retries enqueues the pack again, and that retry is unpacked,
+    each envelope enqueued alone as a first attempt; the inbox skips what the first attempt did."""
+    time_limit_running(broker)
+    failing = envelopes(1, fail={"probe_a": "once"})[0]
+    sent = [*envelopes(1), failing, *envelopes(2)]
+    interrupted = threading.Event()
+
+    def slow_to_take_the_first_retry(message):
+        if message.message_id == failing["message_id"] and not interrupted.is_set():
+            try:
+                for _ in range(400):  # 20 s at most; short waits, so the time limit can interrupt them
+                    threading.Event().wait(0.05)
+            except TimeLimitExceeded:
+                interrupted.set()
+                raise
+
+    watched = enqueues(slow_to_take_the_first_retry)
+    pack = pack_of([message_to("probe_a", envelope) for envelope in sent])
+    pack.options["time_limit"] = 300  # ms
+
+    broker.enqueue(pack)
+
+    wait_until(lambda: Effect.objects.count() == 4, timeout=60, what="every envelope to take effect")
+    assert interrupted.is_set()
+    assert [m.options.get("retries", 0) for m, delay in watched.seen if m.message_id == pack.message_id][:2] == [0, 1]
+    first_attempts_alone = {m.message_id for m, _ in watched.seen if not m.kwargs and not m.options.get("retries")}
+    assert first_attempts_alone == {envelope["message_id"] for envelope in sent}  # the retried pack, unpacked
+    assert effects_per_message() == {1: 4}

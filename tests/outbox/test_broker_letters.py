@@ -1,0 +1,49 @@
+"""What Dramatiq failed into a subscriber's `.XQ` (RabbitMQ), moved into the dead-letter store by
+the relay's sweeper (outbox.relaying.broker_letters)."""
+
+import pika
+import pytest
+from django.conf import settings
+from dramatiq.common import xq_name
+
+from outbox.core.brokers import broker_urls
+from outbox.core.subscriptions import message_to, pack_of, queue_name
+from outbox.handling.dispatch import dispatch
+from outbox.models import DeadLetter, OutboxMessage
+from outbox.relaying.broker_letters import collect_broker_dead_letters
+from tests.probe.services import ping
+
+pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]
+
+
+def envelopes(count: int) -> list[dict]:
+    return [OutboxMessage.objects.get(stream=f"ping:{ping(n=n).pk}").envelope() for n in range(count)]
+
+
+def set_aside(broker, subscriber: str, message) -> str:
+    """Put `message` in `subscriber`'s .XQ, as Dramatiq's rejection of it would; the queue's name."""
+    queue = queue_name(subscriber)
+    broker.declare_queue(queue, ensure=True)  # with its .XQ
+    with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+        connection.channel().basic_publish("", xq_name(queue), message.encode(), pika.BasicProperties(delivery_mode=2))
+    return xq_name(queue)
+
+
+def waiting_in(broker, queue: str) -> int:
+    return broker.channel.queue_declare(queue, passive=True).method.message_count
+
+
+def test_an_envelope_in_a_pack_only_another_subscriber_processed_still_gets_this_subscribers_letter(
+    broker, transactional_db
+):
+    """Each subscriber has its own inbox: probe_b having processed an event is nothing to probe_a."""
+    processed_by_b, processed_by_none = envelopes(2)
+    assert dispatch(subscriber="probe_b", body=processed_by_b)
+    set_aside(broker, "probe_a", pack_of([message_to("probe_a", e) for e in (processed_by_b, processed_by_none)]))
+
+    assert collect_broker_dead_letters(broker) == 1
+
+    letters = DeadLetter.objects.filter(subscriber="probe_a").order_by("id")
+    assert [str(letter.message_id) for letter in letters] == [
+        e["message_id"] for e in (processed_by_b, processed_by_none)
+    ]
