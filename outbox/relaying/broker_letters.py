@@ -7,7 +7,9 @@ it), or one Dramatiq failed before the actor ran. The relay's sweeper empties th
 RabbitMQ into the store: `unreadable` for what cannot be decoded (its first bytes kept), and
 `failed_by_dramatiq` for a message Dramatiq failed, its envelope kept for a replay. Each is
 acknowledged on the broker only once its letter is committed: a crash in between records it again
-(an envelope updates its letter; an unreadable message gets a second one).
+(an envelope updates its letter; an unreadable message gets a second one). One whose letter cannot
+be written is given back to `.XQ` at once, for the next sweep: left unacknowledged it would wait,
+unseen, for the sweeper's connection to close (which may be never).
 """
 
 import contextlib
@@ -49,7 +51,11 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
                 method, _, body = broker.channel.basic_get(queue, auto_ack=False)
                 if method is None:
                     break
-                _record(subscriber, body)
+                try:
+                    _record(subscriber, body)
+                except Exception:  # back in .XQ for the next sweep: unacked, it would wait on this channel
+                    broker.channel.basic_reject(method.delivery_tag, requeue=True)
+                    raise
                 broker.channel.basic_ack(method.delivery_tag)
                 moved += 1
         except pika.exceptions.ChannelClosedByBroker as error:  # not declared yet (404): nothing there

@@ -4,6 +4,7 @@ the relay's sweeper (outbox.relaying.broker_letters)."""
 import pika
 import pytest
 from django.conf import settings
+from django.db import DatabaseError
 from dramatiq.common import xq_name
 
 from outbox.core.brokers import broker_urls
@@ -31,6 +32,23 @@ def set_aside(broker, subscriber: str, message) -> str:
 
 def waiting_in(broker, queue: str) -> int:
     return broker.channel.queue_declare(queue, passive=True).method.message_count
+
+
+@pytest.mark.postgres
+def test_a_message_whose_letter_cannot_be_written_stays_in_xq_for_the_next_sweep(broker, dead_letter_store_down):
+    sent = envelopes(2)
+    xq = set_aside(broker, "probe_a", pack_of([message_to("probe_a", envelope) for envelope in sent]))
+
+    with pytest.raises(DatabaseError, match="dead-letter store unavailable"):
+        collect_broker_dead_letters(broker)
+    assert not DeadLetter.objects.exists()
+    dead_letter_store_down()  # the database is back
+
+    assert collect_broker_dead_letters(broker) == 1
+    assert sorted(str(m) for m in DeadLetter.objects.values_list("message_id", flat=True)) == sorted(
+        envelope["message_id"] for envelope in sent
+    )
+    assert waiting_in(broker, xq) == 0
 
 
 def test_an_envelope_in_a_pack_only_another_subscriber_processed_still_gets_this_subscribers_letter(
