@@ -76,7 +76,7 @@ def _record(subscriber: str, body: bytes) -> None:
     except DecodeError:
         record_dead_letter(
             subscriber=subscriber,
-            body={"unreadable": body[:KEPT_BYTES].decode("utf-8", "replace"), "bytes": len(body)},
+            body={"unreadable": _text(body[:KEPT_BYTES]), "bytes": len(body)},
             reason=Reason.UNREADABLE,
             error=SetAsideByTheBroker(f"not a Dramatiq message ({len(body)} bytes): rejected unread"),
         )
@@ -86,6 +86,11 @@ def _record(subscriber: str, body: bytes) -> None:
         return
     only = message.args[0] if len(message.args) == 1 and not message.kwargs else None
     _record_failed(subscriber, only if isinstance(only, dict) else None, message)
+
+
+def _text(data: bytes) -> str:
+    """Bytes as text a letter can hold: PostgreSQL's jsonb refuses NUL, so it is replaced like invalid UTF-8."""
+    return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
 def _record_pack(subscriber: str, pack: dramatiq.Message) -> None:

@@ -65,3 +65,19 @@ def test_an_envelope_in_a_pack_only_another_subscriber_processed_still_gets_this
     assert [str(letter.message_id) for letter in letters] == [
         e["message_id"] for e in (processed_by_b, processed_by_none)
     ]
+
+
+@pytest.mark.postgres
+def test_an_unreadable_message_with_nul_bytes_becomes_a_letter_and_leaves_xq(broker, transactional_db):
+    """PostgreSQL's jsonb holds no NUL character: kept as it came, the bytes of a binary message could
+    never be written, and the message, given back to .XQ each time, would stop every sweep there."""
+    queue = queue_name("probe_a")
+    broker.declare_queue(queue, ensure=True)
+    with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+        connection.channel().basic_publish("", xq_name(queue), b"\x1f\x8b\x00binary", pika.BasicProperties())
+
+    assert collect_broker_dead_letters(broker) == 1
+
+    letter = DeadLetter.objects.get()
+    assert (letter.reason, letter.envelope) == ("unreadable", {"unreadable": "\x1f\ufffd\ufffdbinary", "bytes": 9})
+    assert waiting_in(broker, xq_name(queue)) == 0
