@@ -7,9 +7,11 @@ it), or one Dramatiq failed before the actor ran. The relay's sweeper empties th
 RabbitMQ into the store: `unreadable` for what cannot be decoded (its first bytes kept), and
 `failed_by_dramatiq` for a message Dramatiq failed, its envelope kept for a replay. Each is
 acknowledged on the broker only once its letter is committed: a crash in between records it again
-(an envelope updates its letter; an unreadable message gets a second one). One whose letter cannot
-be written is given back to `.XQ` at once, for the next sweep: left unacknowledged it would wait,
-unseen, for the sweeper's connection to close (which may be never).
+(an envelope's letter counts one attempt more; an unreadable message gets a second one). A letter
+the message already had keeps its reason and status: one dispatch wrote says why it failed, one
+processed or discarded since stays closed, and a replay under way is left to its own outcome.
+One whose letter cannot be written is given back to `.XQ` at once, for the next sweep: left
+unacknowledged it would wait, unseen, for the sweeper's connection to close (which may be never).
 """
 
 import contextlib
@@ -128,4 +130,5 @@ def _record_failed(subscriber: str, envelope: dict | None, message: dramatiq.Mes
         body=body,
         reason=Reason.FAILED_BY_DRAMATIQ,
         error=SetAsideByTheBroker(f"Dramatiq failed {message.message_id} before its handler ran"),
+        earlier_stands=True,  # a letter dispatch wrote, or one closed since, says more than this copy
     )

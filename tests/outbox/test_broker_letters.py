@@ -4,10 +4,13 @@ the relay's sweeper (outbox.relaying.broker_letters)."""
 import pika
 import pytest
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from dramatiq.common import xq_name
 
+from outbox.console.dead_letter_actions import discard_dead_letter, replay_dead_letter
 from outbox.core.brokers import broker_urls
+from outbox.core.dead_letters import record_dead_letter, resolve_processed
+from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import message_to, pack_of, queue_name
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
@@ -81,3 +84,32 @@ def test_an_unreadable_message_with_nul_bytes_becomes_a_letter_and_leaves_xq(bro
     letter = DeadLetter.objects.get()
     assert (letter.reason, letter.envelope) == ("unreadable", {"unreadable": "\x1f\ufffd\ufffdbinary", "bytes": 9})
     assert waiting_in(broker, xq_name(queue)) == 0
+
+
+def test_a_pack_set_aside_in_xq_leaves_earlier_letters_their_reason_and_a_closed_one_closed(broker, transactional_db):
+    """What the .XQ copy says (Dramatiq failed it) is less than an earlier letter of the same message
+    says: that letter keeps its reason and status, and counts the attempt. Reopened, a letter its
+    subscriber processed (its inbox row since pruned) could be replayed and applied twice."""
+    failed, discarded, processed, replayed = sent = envelopes(4)
+    for envelope in sent:
+        record_dead_letter(subscriber="probe_a", body=envelope, reason="handler_error", attempts=4)
+    letters = {str(letter.message_id): letter for letter in DeadLetter.objects.all()}
+    discard_dead_letter(letter_id=letters[discarded["message_id"]].pk, by="ops", note="refunded")
+    replay_dead_letter(letter_id=letters[replayed["message_id"]].pk, by="ops")
+    with transaction.atomic():  # processed after its letter was written, its inbox row since pruned
+        resolve_processed(subscriber="probe_a", envelope=Envelope.model_validate(processed))
+    set_aside(broker, "probe_a", pack_of([message_to("probe_a", envelope) for envelope in sent]))
+
+    assert collect_broker_dead_letters(broker) == 1
+
+    after = {str(letter.message_id): letter for letter in DeadLetter.objects.all()}
+    assert {(e["message_id"], after[e["message_id"]].reason, after[e["message_id"]].status) for e in sent} == {
+        (failed["message_id"], "handler_error", "open"),
+        (discarded["message_id"], "handler_error", "discarded"),
+        (processed["message_id"], "handler_error", "processed"),
+        (replayed["message_id"], "handler_error", "replayed"),
+    }
+    assert {letter.attempts for letter in after.values()} == {5}
+    assert {letter.exception_type for letter in after.values()} == {
+        ""
+    }  # the earlier error kept, not SetAsideByTheBroker's
