@@ -165,3 +165,17 @@ def pack_of(copies: list[dramatiq.Message]) -> dramatiq.Message:
 
 def is_pack(args: tuple, kwargs: dict) -> bool:
     return not args and kwargs.keys() == {PACK} and isinstance(kwargs[PACK], list)
+
+
+def came_before(message: dramatiq.Message) -> bool:
+    """Retried by Dramatiq, or redelivered by RabbitMQ (its worker died or lost its connection): a pack
+    that comes again is unpacked, each envelope enqueued alone, and handles none of them itself."""
+    return message.options.get("retries", 0) > 0 or bool(getattr(message, "redelivered", False))
+
+
+def envelopes_handled(message: dramatiq.Message) -> int:
+    """How many envelopes a worker handled in processing `message`: its one, or a pack's each; none for a
+    pack that came again (its envelopes are handled, and counted, when they come alone)."""
+    if not is_pack(message.args, message.kwargs):
+        return 1
+    return 0 if came_before(message) else len(message.kwargs[PACK])

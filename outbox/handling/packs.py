@@ -30,7 +30,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from outbox.core.subscriptions import actor_name, message_to, queue_name
+from outbox.core.subscriptions import actor_name, came_before, message_to, queue_name
 from outbox.handling.dispatch import dispatch
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone; one to be retried is enqueued alone."""
     pack = CurrentMessage.get_current_message()
-    if pack is not None and _came_before(pack):
+    if pack is not None and came_before(pack):
         for body in bodies:  # should one enqueue fail, the pack comes again and is unpacked again
             broker.enqueue(_alone(subscriber, body, pack))
         return
@@ -63,11 +63,6 @@ def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker
             CurrentMessage._MESSAGE.reset(token)
     if lost is not None:
         raise lost  # Dramatiq retries the pack, which is then unpacked: that envelope is not lost
-
-
-def _came_before(pack: dramatiq.Message) -> bool:
-    """Retried by Dramatiq, or redelivered by RabbitMQ (its worker died or lost its connection)."""
-    return pack.options.get("retries", 0) > 0 or bool(getattr(pack, "redelivered", False))
 
 
 def _time_limit(broker: dramatiq.Broker) -> TimeLimit | None:

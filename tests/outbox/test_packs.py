@@ -232,6 +232,35 @@ def test_a_worker_counts_each_envelope_of_a_pack_as_handled():
     assert heartbeat.handled == 4
 
 
+def test_a_pack_that_comes_again_is_counted_by_the_heartbeat_once_as_its_envelopes_alone(worker, broker):
+    """Unpacked, it handles none of its envelopes itself: each comes again alone and is counted then."""
+    from outbox.relaying.heartbeats import WorkerHeartbeat
+
+    heartbeat = next(m for m in broker.middleware if isinstance(m, WorkerHeartbeat))
+    before = heartbeat.handled
+    pack = pack_of([message_to("probe_a", envelope) for envelope in envelopes(3)])
+    pack.options["retries"] = 1  # as Dramatiq's Retries enqueues it again
+
+    broker.enqueue(pack)
+
+    wait_until(lambda: Effect.objects.count() == 3, what="the three envelopes to take effect, alone")
+    worker.join()  # every message it took has been through its middleware
+    assert heartbeat.handled - before == 3
+
+
+def test_a_redelivered_pack_counts_none_of_its_envelopes():
+    """RabbitMQ's redelivery of a pack whose worker died: unpacked, as a retried one."""
+    from dramatiq.brokers.rabbitmq import _RabbitmqMessage
+
+    from outbox.relaying.heartbeats import WorkerHeartbeat
+
+    heartbeat = WorkerHeartbeat()
+    alone = message_to("probe_a", {"message_id": str(uuid.uuid4())})
+    heartbeat.after_process_message(None, _RabbitmqMessage(True, 1, pack_of([alone, alone, alone])))
+
+    assert heartbeat.handled == 0
+
+
 @pytest.mark.rabbitmq
 def test_a_pack_a_worker_of_an_earlier_version_set_aside_whole_is_sent_again_by_the_sweep(
     broker, transactional_db, settings
