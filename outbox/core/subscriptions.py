@@ -151,6 +151,7 @@ def message_to(subscriber: str, envelope: dict) -> dramatiq.Message:
 
 
 PACK = "pack"  # the keyword argument a pack's envelopes travel in (outbox.handling.packs)
+HANDED_ON = "handed_on"  # in a pack's options: how many of its envelopes it enqueued alone, unhandled
 
 
 def pack_of(copies: list[dramatiq.Message]) -> dramatiq.Message:
@@ -174,8 +175,8 @@ def came_before(message: dramatiq.Message) -> bool:
 
 
 def envelopes_handled(message: dramatiq.Message) -> int:
-    """How many envelopes a worker handled in processing `message`: its one, or a pack's each; none for a
-    pack that came again (its envelopes are handled, and counted, when they come alone)."""
+    """How many envelopes a worker handled in processing `message`: its one, or a pack's each but those
+    it handed on alone; none for a pack that came again. What goes on alone is counted when it comes."""
     if not is_pack(message.args, message.kwargs):
         return 1
-    return 0 if came_before(message) else len(message.kwargs[PACK])
+    return 0 if came_before(message) else len(message.kwargs[PACK]) - message.options.get(HANDED_ON, 0)

@@ -46,6 +46,9 @@ def taken_off(broker, queue: str) -> list[dramatiq.Message]:
 
 def time_limit_running(broker) -> TimeLimit:
     time_limit = next(m for m in broker.middleware if isinstance(m, TimeLimit))
+    # Deadlines looked at every 50 ms rather than every second, so one fires inside the envelope it
+    # falls in, not after it (TimeLimit's `interval`).
+    time_limit.manager.interval = 0.05
     if not time_limit.manager.is_alive():
         time_limit.after_process_boot(broker)  # what `rundramatiq` does at boot; an in-process Worker does not
     return time_limit
@@ -293,17 +296,46 @@ def test_a_pack_a_worker_of_an_earlier_version_set_aside_whole_is_sent_again_by_
 
 
 def test_each_envelope_of_a_pack_has_the_time_limit_to_itself(worker, broker, caplog):
-    """Dramatiq arms one deadline a message: twenty envelopes of 0.1 s in a pack whose limit is
-    0.3 s would have had the limit fire half-way, on an envelope that did nothing wrong."""
+    """Dramatiq arms one deadline a message: an envelope of 5 s that starts 1.5 s into a pack whose
+    limit is 6 s would have been interrupted at 6 s, though it did nothing wrong."""
     time_limit_running(broker)
-    pack = pack_of([message_to("probe_a", envelope) for envelope in envelopes(20, fail={"probe_a": "slow"})])
-    pack.options["time_limit"] = 300  # ms, for the pack as Dramatiq sees it
+    sent = [*envelopes(15, fail={"probe_a": "slow"}), *envelopes(1, fail={"probe_a": "stuck"})]  # 0.1 s; 5 s
+    pack = pack_of([message_to("probe_a", envelope) for envelope in sent])
+    pack.options["time_limit"] = 6000  # ms, for the pack as Dramatiq sees it
 
     broker.enqueue(pack)
 
-    wait_until(lambda: Effect.objects.count() == 20, timeout=60, what="all twenty slow envelopes to take effect")
+    wait_until(lambda: Effect.objects.count() == 16, timeout=60, what="all sixteen envelopes to take effect")
     assert not [r for r in caplog.records if "Time limit exceeded" in r.getMessage()]
     assert not DeadLetter.objects.exists()
+
+
+def test_a_pack_hands_what_is_left_on_alone_once_it_has_used_one_time_limit(worker, broker, enqueues):
+    """RabbitMQ closes the channel of a delivery left unacknowledged for its consumer_timeout (30 minutes
+    by default), and every pack prefetched on it comes again: twenty envelopes with ten minutes each
+    would have had over three hours. Once a pack has used one limit, the rest go on alone, as first
+    attempts as old as the pack, each counted once by the heartbeat, in the pack or alone."""
+    from outbox.relaying.heartbeats import WorkerHeartbeat
+
+    time_limit_running(broker)
+    heartbeat = next(m for m in broker.middleware if isinstance(m, WorkerHeartbeat))
+    before = heartbeat.handled
+    watched = enqueues()
+    sent = envelopes(10, fail={"probe_a": "slow"})  # 0.1 s each
+    pack = pack_of([message_to("probe_a", envelope) for envelope in sent])
+    pack.options["time_limit"] = 300  # ms
+
+    broker.enqueue(pack)
+
+    wait_until(lambda: Effect.objects.count() == 10, timeout=60, what="all ten envelopes to take effect")
+    worker.join()
+    handed_on = [m for m, _ in watched.seen if not is_pack(m.args, m.kwargs)]
+    assert 0 < len(handed_on) < len(sent)
+    assert [m.message_id for m in handed_on] == [e["message_id"] for e in sent[-len(handed_on) :]]  # the rest
+    assert {(m.options.get("retries", 0), m.message_timestamp) for m in handed_on} == {(0, pack.message_timestamp)}
+    assert effects_per_message() == {1: 10}
+    assert InboxMessage.objects.filter(subscriber="probe_a").aggregate(n=Sum("duplicates"))["n"] == 0
+    assert heartbeat.handled - before == 10
 
 
 @pytest.mark.rabbitmq
@@ -446,3 +478,16 @@ def test_a_time_limit_that_fires_between_two_envelopes_has_the_pack_retried_and_
     first_attempts_alone = {m.message_id for m, _ in watched.seen if not m.kwargs and not m.options.get("retries")}
     assert first_attempts_alone == {envelope["message_id"] for envelope in sent}  # the retried pack, unpacked
     assert effects_per_message() == {1: 4}
+
+
+def test_a_time_limit_whose_packs_could_outlast_rabbitmqs_consumer_timeout_is_warned_of(settings):
+    from outbox.core.conf import packs_end_within_the_consumer_timeout
+
+    def rabbitmq_with_a_time_limit_of(minutes: int) -> RabbitmqBroker:  # never connected
+        return RabbitmqBroker(url="amqp://127.0.0.1:1/%2F", middleware=[TimeLimit(time_limit=minutes * 60_000)])
+
+    assert packs_end_within_the_consumer_timeout(broker=rabbitmq_with_a_time_limit_of(10)) == []  # the default
+    warnings = packs_end_within_the_consumer_timeout(broker=rabbitmq_with_a_time_limit_of(15))
+    assert [warning.id for warning in warnings] == ["outbox.W002"]
+    settings.OUTBOX_RELAY_PACK_SIZE = 1  # no packs
+    assert packs_end_within_the_consumer_timeout(broker=rabbitmq_with_a_time_limit_of(15)) == []
