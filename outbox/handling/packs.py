@@ -20,8 +20,8 @@ one it used and its last envelope's (`manage.py check` warns, outbox.W002, when 
 timeout). A pack that comes again (its worker died half-way, or something escaped it: the broker
 refused a retry's enqueue, the time limit fired between two envelopes) is not tried as a pack
 again: each envelope is enqueued alone, a first attempt, and the inboxes skip what was done. So an
-envelope that kills its worker never holds its neighbours hostage, and nothing that escaped a pack
-is lost with it.
+envelope that kills its worker never holds its neighbours hostage. An envelope whose retry the
+broker refused, in a pack whose retry it refused too, is owed: the redelivery sweep sends it again.
 """
 
 import logging
@@ -71,7 +71,11 @@ def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker
         finally:
             CurrentMessage._MESSAGE.reset(token)
     if lost is not None:
-        raise lost  # Dramatiq retries the pack, which is then unpacked: that envelope is not lost
+        # Dramatiq's Retries enqueues the pack again, to be unpacked. Should the broker refuse that too,
+        # Dramatiq logs it and acknowledges the pack (Broker.emit_after swallows a middleware's error):
+        # the envelope is then owed, with no inbox row and no letter, and the redelivery sweep
+        # (outbox.relaying.sweep) sends it again after OUTBOX_SWEEP_GRACE_SECONDS, as a copy the broker lost.
+        raise lost
 
 
 def _hand_on(broker: dramatiq.Broker, subscriber: str, bodies: list[Any], pack: dramatiq.Message) -> None:
@@ -108,7 +112,8 @@ def _retry_alone(broker: dramatiq.Broker, message: dramatiq.Message, error: Base
     """As dramatiq.middleware.Retries retries a failed message: one more retry counted (a message put
     back over a limit took one off first), after the actor's backoff or the delay it asked for. Should
     the broker refuse this enqueue, dispatch_pack goes on with the other envelopes and fails the pack
-    afterwards: it comes again, unpacked, and the envelopes already handled are duplicates then."""
+    afterwards, for Dramatiq to retry: it comes again, unpacked, and the envelopes already handled are
+    duplicates then (or, if the broker refuses that retry too, the sweep sends this one again)."""
     actor = broker.get_actor(message.actor_name)
     retries = message.options.get("retries", 0)
     message.options["retries"] = retries + 1

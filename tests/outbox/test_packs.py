@@ -3,12 +3,14 @@ envelope in it is still handled, retried and dead-lettered on its own (outbox.ha
 
 import threading
 import uuid
+from datetime import timedelta
 
 import dramatiq
 import pika
 import pytest
 from django.conf import settings
 from django.db.models import Sum
+from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 from dramatiq.middleware import MiddlewareError, TimeLimit
@@ -387,6 +389,48 @@ def test_a_retry_the_broker_refuses_to_enqueue_costs_the_other_envelopes_nothing
     assert sorted(str(m) for m in InboxMessage.objects.values_list("message_id", flat=True)) == sorted(
         e["message_id"] for e in after_it
     )
+
+
+@pytest.mark.parametrize("the_packs_retry", ["taken", "refused too"])
+def test_an_envelope_whose_retry_the_broker_refuses_is_handled_through_the_packs_retry_or_the_sweep(
+    worker, broker, enqueues, settings, the_packs_retry
+):
+    """The broker refuses a failing envelope's retry: the pack raises once the others are handled, and
+    Dramatiq's Retries enqueues it again, unpacked then. Should the broker refuse that too, Dramatiq
+    logs it and acknowledges the pack: the envelope is owed, and the redelivery sweep sends it again."""
+    failing = envelopes(1, fail={"probe_a": "once"})[0]
+    sent = [*envelopes(1), failing, *envelopes(1)]
+    pack = pack_of([message_to("probe_a", envelope) for envelope in sent])
+    refusing = {failing["message_id"]} | ({pack.message_id} if the_packs_retry == "refused too" else set())
+    refused = set()
+
+    def refuse_the_first_retry(message):
+        if message.message_id in refusing - refused and "eta" in message.options:  # a retry, delayed
+            refused.add(message.message_id)
+            raise Refused(f"no room for {message.message_id}")
+
+    enqueues(refuse_the_first_retry)
+
+    broker.enqueue(pack)
+
+    if the_packs_retry == "refused too":
+        wait_until(lambda: Effect.objects.count() == 2, what="the two envelopes around the failing one")
+        worker.join()  # nothing more comes: the pack was acknowledged
+        assert refused == refusing
+        assert not InboxMessage.objects.filter(message_id=failing["message_id"]).exists()
+        assert not DeadLetter.objects.exists()
+        settings.OUTBOX_SWEEP_GRACE_SECONDS = 0
+        OutboxMessage.objects.update(published_at=timezone.now() - timedelta(seconds=1))  # as if relayed
+        sweep_unacknowledged()
+        resent = OutboxMessage.objects.filter(target_subscriber="probe_a").values_list("message_id", flat=True)
+        assert [str(message_id) for message_id in resent] == [failing["message_id"]]
+        Relay(broker=broker).drain()  # the copies the sweep owes (probe_b's included: it had none)
+    wait_until(
+        lambda: Effect.objects.filter(subscriber="probe_a", message_id=failing["message_id"]).exists(),
+        what="the failing envelope to take effect",
+    )
+    assert refused == refusing
+    assert Effect.objects.filter(subscriber="probe_a").count() == 3
 
 
 @pytest.mark.rabbitmq
