@@ -20,8 +20,12 @@ one it used and its last envelope's (`manage.py check` warns, outbox.W002, when 
 timeout). A pack that comes again (its worker died half-way, or something escaped it: the broker
 refused a retry's enqueue, the time limit fired between two envelopes) is not tried as a pack
 again: each envelope is enqueued alone, a first attempt, and the inboxes skip what was done. So an
-envelope that kills its worker never holds its neighbours hostage. An envelope whose retry the
-broker refused, in a pack whose retry it refused too, is owed: the redelivery sweep sends it again.
+envelope that kills its worker never holds its neighbours hostage. RabbitMQ marks redelivered the
+packs a stopping worker had only prefetched too, and nothing tells them from one its worker died
+in: they are unpacked all the same, a restart's cost (Dramatiq prefetches two messages a worker
+thread), and the heartbeat counts their envelopes once, as they come alone. An envelope whose retry
+the broker refused, in a pack whose retry it refused too, is owed: the redelivery sweep sends it
+again.
 """
 
 import logging
