@@ -8,8 +8,11 @@ one does; the deployable here reads them from the environment.
 
 import copy
 
+import dramatiq
 from django.conf import settings
 from django.core import checks
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.middleware import TimeLimit
 
 DAY = 24 * 3600
 
@@ -71,5 +74,32 @@ def packs_fit_in_a_broker_message(app_configs=None, **kwargs):
             f"RabbitMQ's default max_message_size of {BROKER_MESSAGE_BYTES:,}",
             hint="lower OUTBOX_RELAY_PACK_SIZE, or raise the broker's max_message_size to match",
             id="outbox.W001",
+        )
+    ]
+
+
+# RabbitMQ's default consumer_timeout: a delivery left unacknowledged this long has its channel closed,
+# and every message unacknowledged on that channel is delivered again.
+CONSUMER_TIMEOUT_MS = 30 * 60 * 1000
+
+
+@checks.register()
+def packs_end_within_the_consumer_timeout(app_configs=None, broker: dramatiq.Broker | None = None, **kwargs):
+    """A pack may take two of Dramatiq's time limits (outbox.handling.packs hands what is left of it on
+    alone once it has used one, and the envelope running then has a limit of its own). Past RabbitMQ's
+    consumer_timeout its channel is closed, and every pack prefetched on it comes again, to be unpacked."""
+    if settings.OUTBOX_RELAY_PACK_SIZE <= 1:
+        return []
+    broker = broker or dramatiq.get_broker()
+    limits = [m.time_limit for m in broker.middleware if isinstance(m, TimeLimit)]
+    if not isinstance(broker, RabbitmqBroker) or not limits or 2 * max(limits) < CONSUMER_TIMEOUT_MS:
+        return []
+    return [
+        checks.Warning(
+            f"a pack may take twice Dramatiq's time limit of {max(limits) / 60_000:g} minutes, not below "
+            f"RabbitMQ's default consumer_timeout of {CONSUMER_TIMEOUT_MS // 60_000} minutes",
+            hint="keep the TimeLimit middleware's time_limit under half the broker's consumer_timeout (raise "
+            "that if need be), or set OUTBOX_RELAY_PACK_SIZE = 1",
+            id="outbox.W002",
         )
     ]

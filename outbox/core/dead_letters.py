@@ -54,8 +54,11 @@ def record_dead_letter(
     error: BaseException | None = None,
     attempts: int = 1,
     first_failed_at: datetime | None = None,
+    earlier_stands: bool = False,
 ) -> DeadLetter:
-    """Store `body` as dead for `subscriber`; a message that dies again updates its letter."""
+    """Store `body` as dead for `subscriber`; a message that dies again updates its letter. With
+    `earlier_stands`, for what says less than any earlier letter (a copy found in the broker's own
+    dead-letter queue), an earlier letter only counts the attempts: its reason, error and status stay."""
     now = timezone.now()
     fields = body if isinstance(body, dict) else {}
     details = {
@@ -71,13 +74,16 @@ def record_dead_letter(
         updated = 0
         if message_id is not None:
             earlier = DeadLetter.objects.filter(subscriber=subscriber, message_id=message_id)
-            updated = earlier.exclude(status=DeadLetter.Status.DISCARDED).update(
-                attempts=F("attempts") + attempts, **details
-            )
-            # An operator gave up on it: a later failure adds up, but does not reopen it.
-            updated += earlier.filter(status=DeadLetter.Status.DISCARDED).update(
-                attempts=F("attempts") + attempts, **{k: v for k, v in details.items() if k != "status"}
-            )
+            if earlier_stands:
+                updated = earlier.update(attempts=F("attempts") + attempts, last_failed_at=now)
+            else:
+                updated = earlier.exclude(status=DeadLetter.Status.DISCARDED).update(
+                    attempts=F("attempts") + attempts, **details
+                )
+                # An operator gave up on it: a later failure adds up, but does not reopen it.
+                updated += earlier.filter(status=DeadLetter.Status.DISCARDED).update(
+                    attempts=F("attempts") + attempts, **{k: v for k, v in details.items() if k != "status"}
+                )
         if updated:
             letter = DeadLetter.objects.get(subscriber=subscriber, message_id=message_id)
         else:

@@ -151,6 +151,7 @@ def message_to(subscriber: str, envelope: dict) -> dramatiq.Message:
 
 
 PACK = "pack"  # the keyword argument a pack's envelopes travel in (outbox.handling.packs)
+HANDED_ON = "handed_on"  # in a pack's options: how many of its envelopes it enqueued alone, unhandled
 
 
 def pack_of(copies: list[dramatiq.Message]) -> dramatiq.Message:
@@ -165,3 +166,17 @@ def pack_of(copies: list[dramatiq.Message]) -> dramatiq.Message:
 
 def is_pack(args: tuple, kwargs: dict) -> bool:
     return not args and kwargs.keys() == {PACK} and isinstance(kwargs[PACK], list)
+
+
+def came_before(message: dramatiq.Message) -> bool:
+    """Retried by Dramatiq, or redelivered by RabbitMQ (its worker died or lost its connection): a pack
+    that comes again is unpacked, each envelope enqueued alone, and handles none of them itself."""
+    return message.options.get("retries", 0) > 0 or bool(getattr(message, "redelivered", False))
+
+
+def envelopes_handled(message: dramatiq.Message) -> int:
+    """How many envelopes a worker handled in processing `message`: its one, or a pack's each but those
+    it handed on alone; none for a pack that came again. What goes on alone is counted when it comes."""
+    if not is_pack(message.args, message.kwargs):
+        return 1
+    return 0 if came_before(message) else len(message.kwargs[PACK]) - message.options.get(HANDED_ON, 0)

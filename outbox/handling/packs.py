@@ -12,15 +12,25 @@ takes the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter). T
 acknowledged once every envelope is processed, set aside or enqueued alone.
 
 Each envelope has Dramatiq's time limit to itself, as it would alone: the TimeLimit middleware arms
-one deadline a message, which a pack of slow handlers would share. A pack that comes again (its
-worker died half-way, or something escaped it: the broker refused a retry's enqueue, the time limit
-fired between two envelopes) is not tried as a pack again: each envelope is enqueued alone, a first
-attempt, and the inboxes skip what was done. So an envelope that kills its worker never holds its
-neighbours hostage, and nothing that escaped a pack is lost with it.
+one deadline a message, which a pack of slow handlers would share. So that a pack still ends within
+RabbitMQ's consumer_timeout (30 minutes by default: past it the broker closes the worker's channel,
+and every pack prefetched on it comes again), what is left of a pack once it has used one limit is
+handed on alone, as first attempts as old as the pack: a pack takes about two limits at most, the
+one it used and its last envelope's (`manage.py check` warns, outbox.W002, when two reach the
+timeout). A pack that comes again (its worker died half-way, or something escaped it: the broker
+refused a retry's enqueue, the time limit fired between two envelopes) is not tried as a pack
+again: each envelope is enqueued alone, a first attempt, and the inboxes skip what was done. So an
+envelope that kills its worker never holds its neighbours hostage. RabbitMQ marks redelivered the
+packs a stopping worker had only prefetched too, and nothing tells them from one its worker died
+in: they are unpacked all the same, a restart's cost (Dramatiq prefetches two messages a worker
+thread), and the heartbeat counts their envelopes once, as they come alone. An envelope whose retry
+the broker refused, in a pack whose retry it refused too, is owed: the redelivery sweep sends it
+again.
 """
 
 import logging
 import threading
+import time
 from typing import Any
 
 import dramatiq
@@ -30,7 +40,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from outbox.core.subscriptions import actor_name, message_to, queue_name
+from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name
 from outbox.handling.dispatch import dispatch
 
 logger = logging.getLogger(__name__)
@@ -39,18 +49,21 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone; one to be retried is enqueued alone."""
     pack = CurrentMessage.get_current_message()
-    if pack is not None and _came_before(pack):
-        for body in bodies:  # should one enqueue fail, the pack comes again and is unpacked again
-            broker.enqueue(_alone(subscriber, body, pack))
+    if pack is not None and came_before(pack):
+        _hand_on(broker, subscriber, bodies, pack)
         return
     limit = _time_limit(broker) if pack is not None else None  # in a worker's thread only
-    lost = None
-    for body in bodies:
+    limit_ms = _limit_ms(broker, pack, limit) if limit is not None else None
+    started, lost = time.monotonic(), None
+    for index, body in enumerate(bodies):
+        if limit_ms is not None and index and (time.monotonic() - started) * 1000 >= limit_ms:
+            _hand_on(broker, subscriber, bodies[index:], pack)  # the pack has used one limit
+            break
         alone = _alone(subscriber, body, pack)
         token = CurrentMessage._MESSAGE.set(alone)  # what dispatch reads: this envelope's attempts and age
         if limit is not None:
             limit.manager.remove_timeout(threading.get_ident())
-            limit.manager.add_timeout(threading.get_ident(), _limit_ms(broker, pack, limit))
+            limit.manager.add_timeout(threading.get_ident(), limit_ms)
         try:
             dispatch(subscriber=subscriber, body=body)
         except (Exception, TimeLimitExceeded) as error:
@@ -62,12 +75,20 @@ def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker
         finally:
             CurrentMessage._MESSAGE.reset(token)
     if lost is not None:
-        raise lost  # Dramatiq retries the pack, which is then unpacked: that envelope is not lost
+        # Dramatiq's Retries enqueues the pack again, to be unpacked. Should the broker refuse that too,
+        # Dramatiq logs it and acknowledges the pack (Broker.emit_after swallows a middleware's error):
+        # the envelope is then owed, with no inbox row and no letter, and the redelivery sweep
+        # (outbox.relaying.sweep) sends it again after OUTBOX_SWEEP_GRACE_SECONDS, as a copy the broker lost.
+        raise lost
 
 
-def _came_before(pack: dramatiq.Message) -> bool:
-    """Retried by Dramatiq, or redelivered by RabbitMQ (its worker died or lost its connection)."""
-    return pack.options.get("retries", 0) > 0 or bool(getattr(pack, "redelivered", False))
+def _hand_on(broker: dramatiq.Broker, subscriber: str, bodies: list[Any], pack: dramatiq.Message) -> None:
+    """Enqueue each envelope alone, a first attempt as old as the pack, counted when it comes (the
+    heartbeat reads HANDED_ON). Should one enqueue fail, the pack comes again and is unpacked: the
+    inboxes skip what was done."""
+    for body in bodies:
+        broker.enqueue(_alone(subscriber, body, pack))
+    pack.options[HANDED_ON] = len(bodies)
 
 
 def _time_limit(broker: dramatiq.Broker) -> TimeLimit | None:
@@ -95,7 +116,8 @@ def _retry_alone(broker: dramatiq.Broker, message: dramatiq.Message, error: Base
     """As dramatiq.middleware.Retries retries a failed message: one more retry counted (a message put
     back over a limit took one off first), after the actor's backoff or the delay it asked for. Should
     the broker refuse this enqueue, dispatch_pack goes on with the other envelopes and fails the pack
-    afterwards: it comes again, unpacked, and the envelopes already handled are duplicates then."""
+    afterwards, for Dramatiq to retry: it comes again, unpacked, and the envelopes already handled are
+    duplicates then (or, if the broker refuses that retry too, the sweep sends this one again)."""
     actor = broker.get_actor(message.actor_name)
     retries = message.options.get("retries", 0)
     message.options["retries"] = retries + 1

@@ -7,7 +7,11 @@ it), or one Dramatiq failed before the actor ran. The relay's sweeper empties th
 RabbitMQ into the store: `unreadable` for what cannot be decoded (its first bytes kept), and
 `failed_by_dramatiq` for a message Dramatiq failed, its envelope kept for a replay. Each is
 acknowledged on the broker only once its letter is committed: a crash in between records it again
-(an envelope updates its letter; an unreadable message gets a second one).
+(an envelope's letter counts one attempt more; an unreadable message gets a second one). A letter
+the message already had keeps its reason and status: one dispatch wrote says why it failed, one
+processed or discarded since stays closed, and a replay under way is left to its own outcome.
+One whose letter cannot be written is given back to `.XQ` at once, for the next sweep: left
+unacknowledged it would wait, unseen, for the sweeper's connection to close (which may be never).
 """
 
 import contextlib
@@ -49,7 +53,11 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
                 method, _, body = broker.channel.basic_get(queue, auto_ack=False)
                 if method is None:
                     break
-                _record(subscriber, body)
+                try:
+                    _record(subscriber, body)
+                except Exception:  # back in .XQ for the next sweep: unacked, it would wait on this channel
+                    broker.channel.basic_reject(method.delivery_tag, requeue=True)
+                    raise
                 broker.channel.basic_ack(method.delivery_tag)
                 moved += 1
         except pika.exceptions.ChannelClosedByBroker as error:  # not declared yet (404): nothing there
@@ -70,7 +78,7 @@ def _record(subscriber: str, body: bytes) -> None:
     except DecodeError:
         record_dead_letter(
             subscriber=subscriber,
-            body={"unreadable": body[:KEPT_BYTES].decode("utf-8", "replace"), "bytes": len(body)},
+            body={"unreadable": _text(body[:KEPT_BYTES]), "bytes": len(body)},
             reason=Reason.UNREADABLE,
             error=SetAsideByTheBroker(f"not a Dramatiq message ({len(body)} bytes): rejected unread"),
         )
@@ -80,6 +88,11 @@ def _record(subscriber: str, body: bytes) -> None:
         return
     only = message.args[0] if len(message.args) == 1 and not message.kwargs else None
     _record_failed(subscriber, only if isinstance(only, dict) else None, message)
+
+
+def _text(data: bytes) -> str:
+    """Bytes as text a letter can hold: PostgreSQL's jsonb refuses NUL, so it is replaced like invalid UTF-8."""
+    return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
 def _record_pack(subscriber: str, pack: dramatiq.Message) -> None:
@@ -117,4 +130,5 @@ def _record_failed(subscriber: str, envelope: dict | None, message: dramatiq.Mes
         body=body,
         reason=Reason.FAILED_BY_DRAMATIQ,
         error=SetAsideByTheBroker(f"Dramatiq failed {message.message_id} before its handler ran"),
+        earlier_stands=True,  # a letter dispatch wrote, or one closed since, says more than this copy
     )

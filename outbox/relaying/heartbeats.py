@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from outbox.core.subscriptions import PACK, is_pack
+from outbox.core.subscriptions import envelopes_handled
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,9 @@ class WorkerHeartbeat(dramatiq.Middleware):
         signal.signal(signal.SIGTERM, on_sigterm)
 
     def after_process_message(self, broker, message, *, result=None, exception=None):
-        envelopes = len(message.kwargs[PACK]) if is_pack(message.args, message.kwargs) else 1  # a pack: each
+        # Run before Retries' (the hooks run last to first), which marks a pack that raised as retried:
+        # this attempt handled its envelopes; the retry, unpacked, will not.
+        envelopes = envelopes_handled(message)
         with self._lock:
             self.handled += envelopes
 
