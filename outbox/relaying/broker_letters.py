@@ -12,6 +12,9 @@ the message already had keeps its reason and status: one dispatch wrote says why
 processed or discarded since stays closed, and a replay under way is left to its own outcome.
 One whose letter cannot be written is given back to `.XQ` at once, for the next sweep: left
 unacknowledged it would wait, unseen, for the sweeper's connection to close (which may be never).
+The sweep goes on with the other subscribers' queues and raises afterwards. A message whose letter
+could never be written as it is (a value PostgreSQL's jsonb refuses, such as a NUL) is kept as text
+in an `unreadable` letter instead, so that it never holds its queue.
 """
 
 import contextlib
@@ -20,7 +23,7 @@ import uuid
 
 import dramatiq
 import pika.exceptions
-from django.db import transaction
+from django.db import DataError, transaction
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
@@ -45,7 +48,7 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
         return 0
     # This thread's connection sits idle a sweep interval between uses: opened again if it was lost.
     reconnected_if_lost(broker)
-    moved = 0
+    moved, failed = 0, None
     for subscriber in sorted(subscribers()):
         queue = xq_name(queue_name(subscriber))
         try:
@@ -55,9 +58,11 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
                     break
                 try:
                     _record(subscriber, body)
-                except Exception:  # back in .XQ for the next sweep: unacked, it would wait on this channel
+                except Exception as error:  # back in .XQ for the next sweep: unacked, it would wait on this channel
                     broker.channel.basic_reject(method.delivery_tag, requeue=True)
-                    raise
+                    logger.warning("a message stays in %s: its dead letter could not be written: %s", queue, error)
+                    failed = failed or error
+                    break  # the other subscribers' queues still get their turn
                 broker.channel.basic_ack(method.delivery_tag)
                 moved += 1
         except pika.exceptions.ChannelClosedByBroker as error:  # not declared yet (404): nothing there
@@ -69,6 +74,8 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
             raise
     if moved:
         logger.warning("%d message(s) from the broker's dead-letter queues are now dead letters", moved)
+    if failed is not None:
+        raise failed  # the sweeper logs it and tries again at its next run
     return moved
 
 
@@ -76,13 +83,26 @@ def _record(subscriber: str, body: bytes) -> None:
     try:
         message = dramatiq.Message.decode(body)
     except DecodeError:
-        record_dead_letter(
-            subscriber=subscriber,
-            body={"unreadable": _text(body[:KEPT_BYTES]), "bytes": len(body)},
-            reason=Reason.UNREADABLE,
-            error=SetAsideByTheBroker(f"not a Dramatiq message ({len(body)} bytes): rejected unread"),
-        )
+        _record_unreadable(subscriber, body, f"not a Dramatiq message ({len(body)} bytes): rejected unread")
         return
+    try:
+        _record_message(subscriber, message)
+    except DataError as error:  # a value the store cannot hold (a NUL in jsonb): never will, kept as text instead
+        _record_unreadable(
+            subscriber, body, f"Dramatiq failed {message.message_id}; its letter cannot hold it: {error}"
+        )
+
+
+def _record_unreadable(subscriber: str, body: bytes, why: str) -> None:
+    record_dead_letter(
+        subscriber=subscriber,
+        body={"unreadable": _text(body[:KEPT_BYTES]), "bytes": len(body)},
+        reason=Reason.UNREADABLE,
+        error=SetAsideByTheBroker(why),
+    )
+
+
+def _record_message(subscriber: str, message: dramatiq.Message) -> None:
     if is_pack(message.args, message.kwargs):
         _record_pack(subscriber, message)
         return

@@ -113,3 +113,53 @@ def test_a_pack_set_aside_in_xq_leaves_earlier_letters_their_reason_and_a_closed
     assert {letter.exception_type for letter in after.values()} == {
         ""
     }  # the earlier error kept, not SetAsideByTheBroker's
+
+
+@pytest.mark.postgres
+def test_an_envelope_no_letter_can_hold_is_kept_as_text_and_leaves_xq(broker, transactional_db):
+    """A NUL in a payload (jsonb refuses it) would have made its letter fail at every sweep, the
+    message given back to .XQ each time and holding the queue for ever."""
+    [envelope] = envelopes(1)
+    envelope["payload"]["note"] = "a NUL \x00 here"
+    xq = set_aside(broker, "probe_a", message_to("probe_a", envelope))
+
+    assert collect_broker_dead_letters(broker) == 1
+
+    letter = DeadLetter.objects.get()
+    assert letter.reason == "unreadable" and "\\u0000" in letter.envelope["unreadable"]
+    assert envelope["message_id"] in letter.envelope["unreadable"]
+    assert waiting_in(broker, xq) == 0
+
+
+@pytest.mark.postgres
+def test_a_queue_whose_letter_cannot_be_written_leaves_the_other_queues_collected(broker, transactional_db):
+    """The store refuses probe_a's letters only: probe_b's .XQ is emptied all the same, probe_a's
+    message waits in its .XQ for the next sweep, and the sweep still says it failed."""
+    from django.db import connection
+
+    first, second = envelopes(2)
+    xq_a = set_aside(broker, "probe_a", message_to("probe_a", first))
+    xq_b = set_aside(broker, "probe_b", message_to("probe_b", second))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE FUNCTION probe_refuse_probe_a() RETURNS trigger AS $$
+            BEGIN
+              IF NEW.subscriber = 'probe_a' THEN RAISE EXCEPTION 'probe_a''s letters refused'; END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER probe_refuse_probe_a BEFORE INSERT ON outbox_deadletter
+              FOR EACH ROW EXECUTE FUNCTION probe_refuse_probe_a();
+            """
+        )
+    try:
+        with pytest.raises(DatabaseError, match="probe_a's letters refused"):
+            collect_broker_dead_letters(broker)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER probe_refuse_probe_a ON outbox_deadletter; DROP FUNCTION probe_refuse_probe_a();"
+            )
+
+    assert list(DeadLetter.objects.values_list("subscriber", flat=True)) == ["probe_b"]
+    assert (waiting_in(broker, xq_a), waiting_in(broker, xq_b)) == (1, 0)
