@@ -360,6 +360,22 @@ def test_the_nearest_drone_is_passed_over_when_it_could_not_fly_home_from_the_dr
     assert Drone.objects.get(name="short-range").status == "available"
 
 
+def test_a_parcel_exactly_at_a_drones_payload_limit_is_flown_by_it(db):
+    """The free-drone probe and the nearest-drone search are SQL written by hand: a drone carries
+    up to its payload limit, that weight included (`>=`), or the parcel would wait for ever."""
+    drone = a_drone("at-its-limit", home=Point(*BASE), at=Point(*BASE), range_km=40)
+    delivery_id = uuid4()
+    services.schedule_drone(
+        delivery_id=delivery_id,
+        pickup=Point(BASE[0] + 0.01, BASE[1]),
+        dropoff=Point(BASE[0] - 0.01, BASE[1]),
+        weight_kg=drone.max_payload_kg,
+    )
+
+    reserved = assignment(delivery_id)
+    assert (reserved.status, reserved.drone_id) == ("reserved", drone.pk)
+
+
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
