@@ -15,7 +15,7 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
-from outbox.core.brokers import reconnected_if_lost
+from outbox.core.brokers import amqp_parameters, broker_urls, reconnected_if_lost
 from outbox.core.publishing import publish
 from outbox.core.subscriptions import PACK, is_pack, queue_name
 from outbox.models import DeadLetter, OutboxMessage
@@ -32,6 +32,21 @@ from tests.waiting import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]  # the pipelined publisher serves RabbitMQ
 
 
+def set_policy(name: str, queue: str, definition: str) -> None:
+    """A policy on the one queue named, in the virtual host this run's BROKER_URL names: a policy
+    holds in one virtual host, and the test's queues are in BROKER_URL's."""
+    rabbitmqctl("set_policy", "-p", virtual_host(), "--apply-to", "queues", name, f"^{queue}$", definition)
+
+
+def clear_policy(name: str) -> None:
+    rabbitmqctl("clear_policy", "-p", virtual_host(), name)
+
+
+def virtual_host() -> str:
+    """BROKER_URL's virtual host as pika reads it (percent-decoded; `/` when the URL names none)."""
+    return amqp_parameters(broker_urls(settings.BROKER_URL))[0].virtual_host
+
+
 def rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=60)
 
@@ -44,21 +59,14 @@ def test_a_nacked_copy_leaves_its_row_unsent_until_the_broker_takes_it(worker, b
     rows = [OutboxMessage.objects.get(stream=f"ping:{ping(n=n).pk}") for n in range(5)]
     full = f"{queue_name('probe_b')}-full"
     # A real nack: probe_b's queue refuses every publish while this policy holds.
-    rabbitmqctl(
-        "set_policy",
-        "--apply-to",
-        "queues",
-        full,
-        f"^{queue_name('probe_b')}$",
-        '{"max-length":0,"overflow":"reject-publish"}',
-    )
+    set_policy(full, queue_name("probe_b"), '{"max-length":0,"overflow":"reject-publish"}')
     try:
         with pytest.raises(BrokerUnavailable):
             Relay(broker=broker).relay_batch()
         assert published_count() == 0  # probe_a took its copies; that is not enough
         assert set(OutboxMessage.objects.values_list("claimed_by", flat=True)) == {""}  # released for another try
     finally:
-        rabbitmqctl("clear_policy", full)
+        clear_policy(full)
 
     Relay(broker=broker).drain()
 
@@ -183,7 +191,7 @@ def test_a_copy_the_broker_returns_never_counts_as_delivered_whatever_its_siblin
     broker.channel.queue_delete(dead)  # the broker object still believes it declared
     # The live queue drops what it is given: its copies are acked at once, often before the
     # return of the sibling copy sent after them arrives (the interleaving that hid returns).
-    rabbitmqctl("set_policy", "--apply-to", "queues", live, f"^{live}$", '{"max-length":0}')
+    set_policy(live, live, '{"max-length":0}')
     publisher = PipelinedPublisher(broker)
     batch = []
     for key in range(2000):
@@ -194,7 +202,7 @@ def test_a_copy_the_broker_returns_never_counts_as_delivered_whatever_its_siblin
         outcome = publisher.publish(batch)
     finally:
         publisher.close()
-        rabbitmqctl("clear_policy", live)
+        clear_policy(live)
         for queue in (live, dq_name(live), xq_name(live), dq_name(dead), xq_name(dead)):
             broker.channel.queue_delete(queue)
         broker.close()
