@@ -15,7 +15,7 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
-from outbox.core.brokers import amqp_parameters, broker_urls, reconnected_if_lost
+from outbox.core.brokers import reconnected_if_lost
 from outbox.core.publishing import publish
 from outbox.core.subscriptions import PACK, is_pack, queue_name
 from outbox.models import DeadLetter, OutboxMessage
@@ -26,6 +26,7 @@ from tests.outbox.relaying import broker_behind, effects_per_message, in_thread,
 from tests.probe.events import ProbeEchoed
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.servers import broker_virtual_host
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import wait_until
 
@@ -35,16 +36,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]  # the pipelined pu
 def set_policy(name: str, queue: str, definition: str) -> None:
     """A policy on the one queue named, in the virtual host this run's BROKER_URL names: a policy
     holds in one virtual host, and the test's queues are in BROKER_URL's."""
-    rabbitmqctl("set_policy", "-p", virtual_host(), "--apply-to", "queues", name, f"^{queue}$", definition)
+    rabbitmqctl("set_policy", "-p", broker_virtual_host(), "--apply-to", "queues", name, f"^{queue}$", definition)
 
 
 def clear_policy(name: str) -> None:
-    rabbitmqctl("clear_policy", "-p", virtual_host(), name)
-
-
-def virtual_host() -> str:
-    """BROKER_URL's virtual host as pika reads it (percent-decoded; `/` when the URL names none)."""
-    return amqp_parameters(broker_urls(settings.BROKER_URL))[0].virtual_host
+    rabbitmqctl("clear_policy", "-p", broker_virtual_host(), name)
 
 
 def rabbitmqctl(*args: str) -> None:
