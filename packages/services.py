@@ -59,25 +59,27 @@ def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_k
 def mark_in_transit(*, delivery_id: UUID) -> None:
     """A ready package left with its drone."""
     with atomic():
-        _set_status(delivery_id, Package.Status.IN_TRANSIT, where="status = %s", status=Package.Status.READY)
+        _set_status(delivery_id, Package.Status.IN_TRANSIT, moved_from=(Package.Status.READY,))
 
 
 def mark_delivered(*, delivery_id: UUID) -> None:
-    """The delivery completed: its package arrived, unless it was cancelled meanwhile."""
+    """The delivery completed: its package arrived, unless it was cancelled meanwhile (or never
+    flew: rejected). From ready too: this context's handlers are not ordered, and the completion
+    may be handled before the dispatch."""
     with atomic():
-        _set_status(delivery_id, Package.Status.DELIVERED, where="status <> %s", status=Package.Status.CANCELLED)
+        _set_status(delivery_id, Package.Status.DELIVERED, moved_from=(Package.Status.READY, Package.Status.IN_TRANSIT))
 
 
-def _set_status(delivery_id: UUID, to: str, *, where: str, status: str) -> None:
-    """`Package.objects.filter(delivery_id=…, <where>).update(status=to)` (no `updated_at`, as with
-    the ORM's `update()`), written as SQL: every delivery runs both, and Django built each UPDATE
-    anew at more CPU than PostgreSQL spent running it (docs/performance.md)."""
+def _set_status(delivery_id: UUID, to: str, *, moved_from: tuple[str, ...]) -> None:
+    """`Package.objects.filter(delivery_id=…, status__in=moved_from).update(status=to)` (no
+    `updated_at`, as with the ORM's `update()`), written as SQL: every delivery runs both, and
+    Django built each UPDATE anew at more CPU than PostgreSQL spent running it (docs/performance.md)."""
     key = Package._meta.pk.get_db_prep_value(delivery_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {connection.ops.quote_name(Package._meta.db_table)} SET status = %s "
-            f"WHERE delivery_id = %s AND {where}",
-            [to, key, status],
+            f"WHERE delivery_id = %s AND status IN ({', '.join('%s' for _ in moved_from)})",
+            [to, key, *moved_from],
         )
 
 

@@ -15,8 +15,15 @@ from django.conf import settings
 from django.db import connection
 
 from harness.postgres_servers import PG_BIN
+from outbox.core.brokers import amqp_parameters, broker_urls
 
 NOT_GIVEN = "which this run was not given"
+
+
+def broker_virtual_host() -> str:
+    """The RabbitMQ virtual host BROKER_URL names, as pika reads it (percent-decoded; `/` when the
+    URL names none): what a `rabbitmqctl` call about this run's queues must name with `-p`."""
+    return amqp_parameters(broker_urls(settings.BROKER_URL))[0].virtual_host
 
 
 def _broker_is_rabbitmq() -> bool:

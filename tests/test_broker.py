@@ -29,6 +29,7 @@ from outbox.core.brokers import (
 )
 from tests.factories import Customer
 from tests.processes import MANAGE
+from tests.servers import broker_virtual_host
 from tests.waiting import wait_until
 
 rabbitmq_only = pytest.mark.rabbitmq
@@ -62,9 +63,9 @@ def quorum_queue():
 
 
 def declared_type(queue: str) -> str:
-    """What RabbitMQ says the queue is (a read-only question to the node)."""
+    """What RabbitMQ says the queue is (a read-only question to the node, about BROKER_URL's virtual host)."""
     listed = subprocess.run(
-        ["rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name", "type"],
+        ["rabbitmqctl", "list_queues", "-p", broker_virtual_host(), "-q", "--no-table-headers", "name", "type"],
         check=True,
         capture_output=True,
         text=True,

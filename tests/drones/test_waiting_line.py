@@ -317,6 +317,29 @@ def test_after_a_drop_off_the_drone_is_where_it_landed_until_it_flies_home(custo
     assert (drone.latitude, drone.longitude) == (drone.home_latitude, drone.home_longitude)
 
 
+def test_a_stale_flight_home_after_a_newer_mission_leaves_the_drone_where_it_landed(customer, one_drone, choreography):
+    """Each flight home names the drone's mission count when it left; the drone's missions must be
+    saved at each reservation, or the first flight home, landing after a second delivery,
+    would move the drone home while it still stands at the second drop-off."""
+    first = requested(customer)
+    choreography.settle(first)
+    second_dropoff = {"latitude": BASE[0] + 0.02, "longitude": BASE[1] - 0.02}
+    second = requested(customer, dropOffLocation=second_dropoff)
+    choreography.settle(second)
+
+    drone = Drone.objects.get()
+    stale, latest = choreography.pending(drone.pk, "drone.returned_to_base")  # both flights home, not yet landed
+
+    choreography.hand_over(stale)
+    drone.refresh_from_db()
+    assert (drone.latitude, drone.longitude) == (second_dropoff["latitude"], second_dropoff["longitude"])
+
+    choreography.hand_over(latest)
+    drone.refresh_from_db()
+    assert (drone.latitude, drone.longitude) == (drone.home_latitude, drone.home_longitude)
+    assert (stale.payload["mission"], latest.payload["mission"], drone.missions) == (1, 2, 2)
+
+
 def test_the_next_assignment_measures_from_where_the_drone_landed(customer, fleet, choreography):
     far_dropoff = {"latitude": BASE[0] + 0.1, "longitude": BASE[1] + 0.1}
     first = requested(customer, dropOffLocation=far_dropoff)
@@ -358,6 +381,22 @@ def test_the_nearest_drone_is_passed_over_when_it_could_not_fly_home_from_the_dr
     reserved = assignment(delivery_id)
     assert (reserved.status, reserved.drone.name) == ("reserved", "long-range")
     assert Drone.objects.get(name="short-range").status == "available"
+
+
+def test_a_parcel_exactly_at_a_drones_payload_limit_is_flown_by_it(db):
+    """The free-drone probe and the nearest-drone search are SQL written by hand: a drone carries
+    up to its payload limit, that weight included (`>=`), or the parcel would wait for ever."""
+    drone = a_drone("at-its-limit", home=Point(*BASE), at=Point(*BASE), range_km=40)
+    delivery_id = uuid4()
+    services.schedule_drone(
+        delivery_id=delivery_id,
+        pickup=Point(BASE[0] + 0.01, BASE[1]),
+        dropoff=Point(BASE[0] - 0.01, BASE[1]),
+        weight_kg=drone.max_payload_kg,
+    )
+
+    reserved = assignment(delivery_id)
+    assert (reserved.status, reserved.drone_id) == ("reserved", drone.pk)
 
 
 @pytest.mark.parametrize(

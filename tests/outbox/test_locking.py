@@ -67,6 +67,43 @@ def test_the_lock_holds_until_the_transaction_ends():
         assert OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id).id == published.id
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_second_locked_row_of_the_same_row_waits_for_the_first():
+    """Two services about one row are serialised by it: a lock two readers could share (FOR SHARE)
+    would let both read the same state and both write. The second `locked_row` must wait, here
+    until its lock_timeout gives up (the holder never commits meanwhile): it never gets the row."""
+    with transaction.atomic():
+        published = publish(ProbeEchoed(n=9), stream="lock:3")
+    held, release, errors = threading.Event(), threading.Event(), []
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                assert locked_row(OutboxMessage, published.id) is not None
+                held.set()
+                release.wait(20)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(20)
+        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '100ms'")
+            locked_row(OutboxMessage, published.id)
+    finally:
+        release.set()
+        thread.join(30)
+    assert errors == []
+    with transaction.atomic():  # the holder's transaction over, the row is the next one's
+        assert locked_row(OutboxMessage, published.id).id == published.id
+
+
 @isolate_apps("tests.probe")  # the model below exists for this test only
 def test_a_model_with_multi_table_inheritance_is_refused_rather_than_half_read():
     """Its parent's fields are in another table, which the one statement does not read or lock."""

@@ -102,6 +102,80 @@ def test_a_handler_of_a_stream_waits_for_the_cursor_another_has_read_until_that_
     assert (cursor.last_sequence, cursor.gaps, cursor.stale) == (3, 1, 1)
 
 
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def blocked_by(waiter: int, holder: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s = ANY(pg_blocking_pids(%s))", [holder, waiter])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    ("sequence", "position", "after"),
+    [(7, Position.GAP, (7, 4 + 1, 0)), (6, Position.NEXT, (6, 4, 0)), (3, Position.STALE, (5, 4, 1))],
+    ids=["gap", "next", "stale"],
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_cursor_another_transaction_made_meanwhile_is_read_under_its_lock_and_moved(
+    monkeypatch, sequence, position, after
+):
+    """The one-statement move finds no cursor in its snapshot, then waits on the unique index for
+    a transaction that is making it (the stream's first event, #5, not yet committed): once that
+    commits, the upsert leaves the row alone and returns nothing, and the cursor must be read
+    under its lock and moved from where the other left it. Forced every time: the second waits
+    (PostgreSQL says whom for) before the first commits."""
+    from outbox.handling import ordering
+    from tests.waiting import wait_until
+
+    taken_again, locked_cursor = [], ordering._locked_cursor
+
+    def noting_who_reads_it_again(subscriber, stream):
+        taken_again.append(threading.current_thread().name)
+        return locked_cursor(subscriber, stream)
+
+    monkeypatch.setattr(ordering, "_locked_cursor", noting_who_reads_it_again)
+    made, commit, pids, seen, errors = threading.Event(), threading.Event(), {}, {}, []
+
+    def take(sequence: int) -> None:
+        name = threading.current_thread().name
+        try:
+            with transaction.atomic():
+                pids[name] = backend_pid()
+                seen[name] = advance(subscriber="probe_a", stream="made:1", sequence=sequence)
+                if name == "maker":
+                    made.set()
+                    commit.wait(20)  # the cursor made, not yet committed
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    maker = threading.Thread(target=take, args=(5,), name="maker")
+    mover = threading.Thread(target=take, args=(sequence,), name="mover")
+    maker.start()
+    try:
+        assert made.wait(20)
+        mover.start()
+        wait_until(
+            lambda: "mover" in pids and blocked_by(pids["mover"], pids["maker"]),
+            what="the second to wait for the transaction making the cursor",
+        )
+    finally:
+        commit.set()
+        maker.join(30)
+        mover.join(30)
+    assert errors == []
+
+    assert seen == {"maker": Position.GAP, "mover": position}
+    cursor = StreamCursor.objects.get(subscriber="probe_a", stream="made:1")
+    assert (cursor.last_sequence, cursor.gaps, cursor.stale) == after
+    assert taken_again == ["mover"]  # the way this test is about was the one taken
+
+
 @pytest.mark.django_db(transaction=True)
 def test_each_message_moves_the_cursor_in_one_statement_and_the_counts_are_exact():
     """A new cursor is made at its first event, the steps before it counted as gaps; an existing

@@ -26,10 +26,21 @@ from tests.outbox.relaying import broker_behind, effects_per_message, in_thread,
 from tests.probe.events import ProbeEchoed
 from tests.probe.models import Effect
 from tests.probe.services import ping
+from tests.servers import broker_virtual_host
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]  # the pipelined publisher serves RabbitMQ
+
+
+def set_policy(name: str, queue: str, definition: str) -> None:
+    """A policy on the one queue named, in the virtual host this run's BROKER_URL names: a policy
+    holds in one virtual host, and the test's queues are in BROKER_URL's."""
+    rabbitmqctl("set_policy", "-p", broker_virtual_host(), "--apply-to", "queues", name, f"^{queue}$", definition)
+
+
+def clear_policy(name: str) -> None:
+    rabbitmqctl("clear_policy", "-p", broker_virtual_host(), name)
 
 
 def rabbitmqctl(*args: str) -> None:
@@ -44,21 +55,14 @@ def test_a_nacked_copy_leaves_its_row_unsent_until_the_broker_takes_it(worker, b
     rows = [OutboxMessage.objects.get(stream=f"ping:{ping(n=n).pk}") for n in range(5)]
     full = f"{queue_name('probe_b')}-full"
     # A real nack: probe_b's queue refuses every publish while this policy holds.
-    rabbitmqctl(
-        "set_policy",
-        "--apply-to",
-        "queues",
-        full,
-        f"^{queue_name('probe_b')}$",
-        '{"max-length":0,"overflow":"reject-publish"}',
-    )
+    set_policy(full, queue_name("probe_b"), '{"max-length":0,"overflow":"reject-publish"}')
     try:
         with pytest.raises(BrokerUnavailable):
             Relay(broker=broker).relay_batch()
         assert published_count() == 0  # probe_a took its copies; that is not enough
         assert set(OutboxMessage.objects.values_list("claimed_by", flat=True)) == {""}  # released for another try
     finally:
-        rabbitmqctl("clear_policy", full)
+        clear_policy(full)
 
     Relay(broker=broker).drain()
 
@@ -183,7 +187,7 @@ def test_a_copy_the_broker_returns_never_counts_as_delivered_whatever_its_siblin
     broker.channel.queue_delete(dead)  # the broker object still believes it declared
     # The live queue drops what it is given: its copies are acked at once, often before the
     # return of the sibling copy sent after them arrives (the interleaving that hid returns).
-    rabbitmqctl("set_policy", "--apply-to", "queues", live, f"^{live}$", '{"max-length":0}')
+    set_policy(live, live, '{"max-length":0}')
     publisher = PipelinedPublisher(broker)
     batch = []
     for key in range(2000):
@@ -194,7 +198,7 @@ def test_a_copy_the_broker_returns_never_counts_as_delivered_whatever_its_siblin
         outcome = publisher.publish(batch)
     finally:
         publisher.close()
-        rabbitmqctl("clear_policy", live)
+        clear_policy(live)
         for queue in (live, dq_name(live), xq_name(live), dq_name(dead), xq_name(dead)):
             broker.channel.queue_delete(queue)
         broker.close()

@@ -258,3 +258,36 @@ def test_a_value_the_database_refuses_is_djangos_data_error_as_from_the_orm():
     with pytest.raises(DataError, match="\\\\u0000"):
         ping(n=1, fail={"probe_a": "a NUL \x00 in jsonb"})
     assert not Ping.objects.exists() and not OutboxMessage.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_each_statement_shape_is_built_once_and_taken_only_for_its_own_rows_whatever_ran_before(monkeypatch):
+    """The INSERT's text is cached by its shape: how many rows, and which of them are due now (the
+    database's clock written into the SQL) or scheduled (their time bound). Started from an empty
+    cache, shapes of the same length but other due rows must not share a statement: a scheduled
+    row written as due would fire at once. The second round takes each shape as built."""
+    from outbox.core import publishing
+
+    monkeypatch.setattr(publishing, "_shapes", {})
+    later = timezone.now() + timedelta(hours=1)
+    shapes = [[None], [later], [None, later, None], [later, None, later], [None, None, None]]
+    published, built = [], []
+    for _ in range(2):
+        for times in shapes:
+            events = [ProbeEchoed(n=n) for n in range(len(times))]
+            published.append((times, publish_many(events, stream="echo:cached", available_at=times)))
+        built.append(dict(publishing._shapes))
+
+    stored = {row.id: row for row in OutboxMessage.objects.filter(stream="echo:cached")}
+    for times, rows in published:
+        for at, row in zip(times, rows, strict=True):
+            assert stored[row.id].available_at == row.available_at
+            if at is None:
+                assert stored[row.id].available_at < later, f"a due row of {times} scheduled"
+            else:
+                assert stored[row.id].available_at == later, f"a scheduled row of {times} due now"
+    assert sorted(row.sequence for row in stored.values()) == list(range(1, 2 * 11 + 1))
+    assert [row.sequence for _, rows in published for row in rows] == list(range(1, 2 * 11 + 1))
+    assert len(built[0]) == len(shapes)  # one statement for each shape, built on its first use
+    assert built[1].keys() == built[0].keys() and all(built[1][key] is built[0][key] for key in built[0])

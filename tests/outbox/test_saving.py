@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Upper
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -17,6 +18,7 @@ from drones.services import seed_fleet
 from outbox.core.publishing import publish
 from outbox.core.saving import insert_row, save_fields
 from outbox.models import InboxMessage, OutboxMessage
+from packages.models import Package
 from tests.probe.events import ProbeEchoed
 
 CHANGED = ("type", "payload", "available_at", "causation_id", "claimed_by", "send_attempts", "recipients")
@@ -163,3 +165,20 @@ def test_the_insert_is_one_statement_of_every_column():
     [statement] = [query["sql"] for query in statements.captured_queries]
     assert statement.startswith('INSERT INTO "deliveries_delivery" (')
     assert statement.count("%s") == 0 and statement.count(", ") >= len(Delivery._meta.concrete_fields) - 1
+
+
+@pytest.mark.django_db
+def test_insert_row_hands_a_value_that_is_an_expression_to_save_and_the_database_computes_it():
+    """A key given (no reason to go through save() but the expression): bound as a parameter, an
+    expression is no value a driver can send; save(force_insert=True) writes it into the SQL."""
+    package = Package(
+        delivery_id=uuid.uuid4(),
+        status=Package.Status.READY,
+        weight_kg=Value(1.25) * Value(2.0),
+        tag=Upper(Value("fragile")),
+    )
+    insert_row(package)
+
+    read = Package.objects.get(pk=package.pk)
+    assert (read.weight_kg, read.tag, read.status) == (2.5, "FRAGILE", "ready")
+    assert not package._state.adding and read.created_at is not None
