@@ -278,3 +278,6 @@ def test_a_connection_another_call_found_lost_is_opened_again():
     finally:
         broker.close()
         proxy.down()
+        # auto_delete removes a queue once its last consumer goes; this one never had one.
+        with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
+            connection.channel().queue_delete(queue)
