@@ -78,7 +78,7 @@ def packs_fit_in_a_broker_message(app_configs=None, **kwargs):
     ]
 
 
-# RabbitMQ's default consumer_timeout: a delivery left unacknowledged this long has its channel closed,
+# RabbitMQ's default consumer_timeout: a message left unacknowledged this long has its channel closed,
 # and every message unacknowledged on that channel is delivered again.
 CONSUMER_TIMEOUT_MS = 30 * 60 * 1000
 
