@@ -125,12 +125,12 @@ class QueueTypeRabbitmqBroker(RabbitmqBroker):
 
     Dramatiq has no public option for it; its own declarations are built by `_build_queue_arguments`
     and `_declare_xq_queue`, overridden here. A queue's type is fixed when it is declared: moving a
-    deployment from classic to quorum queues is `manage.py move_queues` (or new queue names).
+    deployment from classic to quorum queues means moving its queues' messages (or new queue names).
     """
 
     def __init__(self, *, queue_type: str = "classic", connection_name: str = "", **options):
         if queue_type not in QUEUE_TYPES:
-            raise ValueError(f"RABBITMQ_QUEUE_TYPE is {queue_type!r}: one of {', '.join(QUEUE_TYPES)}")
+            raise ValueError(f"queue_type is {queue_type!r}: one of {', '.join(QUEUE_TYPES)}")
         super().__init__(**options)
         self.queue_type = queue_type
         if connection_name:  # every connection this broker opens, the relay's publisher's included

@@ -52,7 +52,7 @@ class ListenForNotify(Poll):
     """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout.
 
     LISTEN belongs to a session, so it runs on a connection of its own, to
-    OUTBOX_LISTEN_DATABASE_URL when set: through a pooler in transaction mode the LISTEN would
+    OUTBOX_LISTEN_CONNECTION when set: through a pooler in transaction mode the LISTEN would
     run on whichever server connection the pooler picked, and the NOTIFYs would arrive there,
     never here. Every OUTBOX_LISTEN_CHECK_SECONDS it NOTIFYs itself through the main connection,
     the way committed rows do; a probe unheard for PROBE_DEADLINE_SECONDS means wake-ups are not
@@ -77,7 +77,7 @@ class ListenForNotify(Poll):
 
     @staticmethod
     def _listen() -> psycopg.Connection:
-        if settings.OUTBOX_LISTEN_CONNECTION:  # psycopg connect() keywords of OUTBOX_LISTEN_DATABASE_URL
+        if settings.OUTBOX_LISTEN_CONNECTION:  # psycopg connect() keywords of a direct connection
             params = dict(settings.OUTBOX_LISTEN_CONNECTION)
         else:
             params = connection.get_connection_params()
@@ -125,9 +125,9 @@ class ListenForNotify(Poll):
             self.unheard = True
             NOTIFY_UNHEARD.set(1)
             logger.warning(
-                "relay wake-ups lost: a NOTIFY sent through DATABASE_URL was not heard on its LISTEN "
+                "relay wake-ups lost: a NOTIFY sent through the default database was not heard on its LISTEN "
                 "connection in %.0f s; it polls every %s s instead. Behind a pooler in transaction mode, "
-                "set OUTBOX_LISTEN_DATABASE_URL to a direct URL",
+                "set OUTBOX_LISTEN_CONNECTION to a direct connection to PostgreSQL",
                 self.PROBE_DEADLINE_SECONDS,
                 settings.OUTBOX_RELAY_POLL_SECONDS,
             )

@@ -40,7 +40,7 @@ QUEUE_UNAVAILABLE = Gauge(
 NOTIFY_UNHEARD = Gauge(
     "outbox_relay_notify_unheard",
     "1 while a relay's LISTEN does not hear the NOTIFY it sends itself through DATABASE_URL "
-    "(behind a transaction pooler without OUTBOX_LISTEN_DATABASE_URL): it wakes only by polling",
+    "(behind a transaction pooler without OUTBOX_LISTEN_CONNECTION): it wakes only by polling",
     multiprocess_mode="max",
 )
 HANDLER_SECONDS = Histogram(

@@ -45,7 +45,7 @@ def test_a_listen_that_hears_no_notify_is_reported_and_recovers(settings, monkey
     try:
         assert _listening("deaf-listen") == [f"LISTEN {wake_up.NOTIFY_CHANNEL}"]  # its own connection
         wait_until(lambda: waiter(0.2) or "relay wake-ups lost" in caplog.text, timeout=10, what="the warning")
-        assert "OUTBOX_LISTEN_DATABASE_URL" in caplog.text
+        assert "OUTBOX_LISTEN_CONNECTION" in caplog.text
         assert _unheard() == 1
 
         settings.OUTBOX_LISTEN_CONNECTION = direct  # the operator points it right; it listens anew
