@@ -48,7 +48,7 @@ def test_broker_url_names_one_address_or_every_node_of_a_cluster():
 
 
 def test_a_quorum_broker_refuses_an_unknown_queue_type():
-    with pytest.raises(ValueError, match="RABBITMQ_QUEUE_TYPE"):
+    with pytest.raises(ValueError, match="queue_type is .mirrored.: one of classic, quorum"):
         QueueTypeRabbitmqBroker(url="amqp://127.0.0.1/", queue_type="mirrored")
 
 
