@@ -12,6 +12,7 @@ subscriber), as a Dramatiq message whose single argument is the envelope: the ch
 address is the event type (the envelope's `type`), and each receive operation names its queue.
 """
 
+import inspect
 import json
 import re
 from collections.abc import Mapping
@@ -127,7 +128,9 @@ def render(document: dict) -> str:
 
 
 def _first_line(doc: str | None) -> str:
-    return (doc or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+    """A docstring's first paragraph on one line, its words one space apart: the same text whether
+    the interpreter keeps the indentation of docstrings (3.12 and before) or strips it (3.13)."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 def _envelope_schema() -> dict:

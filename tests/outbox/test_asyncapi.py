@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 from outbox.console import asyncapi
-from outbox.core.contracts import contracts
+from outbox.core.contracts import Event, contracts
 from outbox.core.subscriptions import routing_table
 
 CHECKED_IN = Path(settings.BASE_DIR) / "docs" / "events" / "asyncapi.json"
@@ -98,3 +98,20 @@ def test_the_command_writes_the_document_where_it_is_told(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert (tmp_path / "asyncapi.json").read_text() == CHECKED_IN.read_text()
     assert printed.endswith(CHECKED_IN.read_text())
+
+
+class Documented(Event):  # no `type`: an unregistered contract, for document() alone
+    """The first paragraph of a docstring,
+    on several indented lines.
+
+    A second paragraph, left out."""
+
+    n: int
+
+
+def test_a_summary_is_the_first_paragraph_on_one_line_whatever_the_python():
+    """Python 3.13 strips a docstring's indentation, 3.12 and before keep it: the summary is the same."""
+    document = asyncapi.document(title="t", version="1", routes={}, declared={("documented.happened", 1): Documented})
+
+    summary = document["channels"]["documented_happened"]["messages"]["documented_happened_v1"]["summary"]
+    assert summary == "The first paragraph of a docstring, on several indented lines."
