@@ -1,45 +1,100 @@
-"""The kernel as a distribution of its own (kernel/): built from this repository, it holds the
-`outbox` package whole (models, migrations, templates, commands) and nothing of this project."""
+"""The kernel as a distribution of its own (kernel/): built from this repository, its sdist and its
+wheel hold the `outbox` code whole (models, migrations, templates, commands), its licence, README and
+changelog, and nothing of this project; their metadata declare the licence and the versions of
+Python and Django the kernel supports, and `twine check --strict` passes both."""
 
+import email.parser
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
+import outbox
 from tests.outbox.test_kernel_is_generic import DOMAIN
 
-pytestmark = pytest.mark.servers_unused  # CI runs it once, in the embedded step
+# Built once for the module, in one process (CI runs it once, in the embedded step).
+pytestmark = [pytest.mark.servers_unused, pytest.mark.xdist_group("kernel-distribution")]
 
-KERNEL = Path(settings.BASE_DIR) / "kernel"
+ROOT = Path(settings.BASE_DIR)
+KERNEL = ROOT / "kernel"
+NAME = "django-outbox-choreography"
+# This project's own top-level names: none may be in what the kernel ships.
+THIS_PROJECT = {"deliveries", "drones", "packages", "notifications", "delivery_project", "harness", "tests"}
+# What point 1 of issue 46 promises, and so what the metadata must declare.
+PYTHONS = ("3.11", "3.12", "3.13")
+DJANGOS = ("5.2", "6.0", "6.1")
+
+
+def kernel_distributions(where: Path) -> tuple[Path, Path]:
+    """The kernel's sdist and wheel, built in `where` from a copy of kernel/ (the link to ../outbox
+    followed) as a release would be: the sdist first, then the wheel from the unpacked sdist (so a
+    file the sdist leaves out is missing from the wheel too). The checkout stays as it was."""
+    source = where / "kernel"
+    shutil.copytree(KERNEL, source, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(where), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (sdist,) = where.glob("*.tar.gz")
+    (wheel,) = where.glob("*.whl")
+    return sdist, wheel
 
 
 def kernel_wheel(where: Path) -> Path:
-    """The kernel's wheel, built in `where` from a copy of kernel/ (the link to ../outbox followed),
-    so the build leaves the checkout as it was."""
-    source = where / "kernel"
-    shutil.copytree(KERNEL, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(where), str(source)],
-        check=True,
-        timeout=300,
-    )
-    (wheel,) = where.glob("*.whl")
-    return wheel
+    """The kernel's wheel (tests/test_kernel_in_a_fresh_project.py installs it)."""
+    return kernel_distributions(where)[1]
 
 
-def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(tmp_path):
-    wheel = kernel_wheel(tmp_path)
-    project = tomllib.loads((KERNEL / "pyproject.toml").read_text())["project"]
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    return kernel_distributions(tmp_path_factory.mktemp("kernel-distribution"))
+
+
+def sdist_files(sdist: Path) -> dict[str, bytes]:
+    """The sdist's files by their path below its top directory."""
+    with tarfile.open(sdist) as archive:
+        top = f"{sdist.name.removesuffix('.tar.gz')}/"
+        return {
+            member.name.removeprefix(top): archive.extractfile(member).read()
+            for member in archive.getmembers()
+            if member.isfile()
+        }
+
+
+def metadata(wheel: Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    return email.parser.Parser().parsestr(text)
+
+
+def domain_words(files: dict[str, bytes]) -> list[str]:
+    """Each line of these files that names this project's domain (every file is text: a binary one fails)."""
+    return [
+        f"{name}: {line.strip()}"
+        for name, content in files.items()
+        for line in content.decode().splitlines()
+        if DOMAIN.search(line)
+    ]
+
+
+def test_the_kernels_wheel_holds_the_outbox_code_and_nothing_of_this_project(built):
+    _, wheel = built
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
 
-    assert wheel.name.startswith(f"{project['name'].replace('-', '_')}-{project['version']}-")
+    assert wheel.name.startswith(f"{NAME.replace('-', '_')}-{outbox.__version__}-")
     assert {Path(name).parts[0] for name in names if ".dist-info" not in name} == {"outbox"}
     assert {
         "outbox/api.py",
@@ -49,20 +104,8 @@ def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(
         "outbox/management/commands/relay_outbox.py",
         "outbox/management/commands/export_asyncapi.py",
     } <= set(names)
-    named = [
-        f"{name}: {line.strip()}"
-        for name in names
-        if name.endswith((".py", ".html", ".js", ".css"))
-        for line in archive.read(name).decode().splitlines()
-        if DOMAIN.search(line)
-    ]
-    assert named == []
-    metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    required = {
-        re.split(r"[\[<>=; ]", line.removeprefix("Requires-Dist: "))[0].lower()
-        for line in metadata.splitlines()
-        if line.startswith("Requires-Dist: ")
-    }
+    assert domain_words({name: archive.read(name) for name in names if not name.endswith("/RECORD")}) == []
+    required = {Requirement(line).name.lower() for line in metadata(wheel).get_all("Requires-Dist")}
     assert required == {
         "django",
         "psycopg",
@@ -73,4 +116,68 @@ def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(
         "prometheus-client",
         "opentelemetry-api",
     }
-    assert f"## {project['version']} " in (KERNEL / "CHANGELOG.md").read_text()  # each version says what changed
+
+
+def test_the_sdist_holds_the_licence_the_readme_the_changelog_and_the_outbox_code_whole(built):
+    sdist, _ = built
+    files = sdist_files(sdist)
+
+    assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "PKG-INFO"} <= set(files)
+    assert files["LICENSE"] == (KERNEL / "LICENSE").read_bytes()
+    assert files["CHANGELOG.md"] == (KERNEL / "CHANGELOG.md").read_bytes()
+    in_the_checkout = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "outbox").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert {name for name in files if name.startswith("outbox/")} == in_the_checkout  # migrations, templates...
+    assert {part for name in files for part in name.split("/")} & THIS_PROJECT == set()
+    assert domain_words(files) == []  # the README and the changelog as much as the code
+
+
+def test_twine_check_strict_passes_the_sdist_and_the_wheel(built):
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, built)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2
+
+
+def test_the_metadata_declare_the_licence_and_the_supported_versions_of_python_and_django(built):
+    sdist, wheel = built
+    declared = metadata(wheel)
+
+    assert declared["Name"] == NAME
+    assert declared["Version"] == outbox.__version__  # the one place, outbox/__init__.py
+    assert declared["License-Expression"] == "MIT"
+    assert declared.get_all("License-File") == ["LICENSE"]
+    assert zipfile.ZipFile(wheel).read(f"{NAME.replace('-', '_')}-{outbox.__version__}.dist-info/licenses/LICENSE")
+    classifiers = set(declared.get_all("Classifier"))
+    assert {f"Programming Language :: Python :: {python}" for python in PYTHONS} <= classifiers
+    assert {"Framework :: Django", *(f"Framework :: Django :: {django}" for django in DJANGOS)} <= classifiers
+    assert "Operating System :: OS Independent" in classifiers
+    python = SpecifierSet(declared["Requires-Python"])
+    assert [v for v in ("3.10", *PYTHONS, "3.14") if Version(v) in python] == list(PYTHONS)
+    (django,) = [Requirement(line) for line in declared.get_all("Requires-Dist") if line.startswith("Django")]
+    releases = ("5.1.9", "5.2", "5.2.19", "6.0", "6.0.10", "6.1", "6.1.3", "6.2", "7.0")
+    assert [v for v in releases if django.specifier.contains(v)] == ["5.2", "5.2.19", "6.0", "6.0.10", "6.1", "6.1.3"]
+    # Each classifier of a version is within the requirements: none promises what pip would refuse.
+    listed = [c.rsplit(" :: ", 1)[1] for c in classifiers if re.fullmatch(r"Framework :: Django :: [\d.]+", c)]
+    assert sorted(listed) == list(DJANGOS) and all(django.specifier.contains(v) for v in listed)
+    # The sdist's PKG-INFO says the same as the wheel's METADATA.
+    pkg_info = email.parser.Parser().parsestr(sdist_files(sdist)["PKG-INFO"].decode())
+    fields = ("Version", "License-Expression", "Requires-Python", "Classifier", "Requires-Dist")
+    assert {field: pkg_info.get_all(field) for field in fields} == {field: declared.get_all(field) for field in fields}
+
+
+def test_the_version_is_in_one_place_and_the_changelog_names_it_first():
+    pyproject = tomllib.loads((KERNEL / "pyproject.toml").read_text())
+
+    assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "outbox.__version__"}
+    headings = re.findall(r"^## (\S+)", (KERNEL / "CHANGELOG.md").read_text(), flags=re.MULTILINE)
+    assert headings[0] == outbox.__version__  # each version says what changed, the newest first

@@ -10,11 +10,23 @@ it is ordered or a compensation. `manage.py export_asyncapi` writes it to
 On the wire, the relay copies each event into one queue per subscriber (named after the
 subscriber), as a Dramatiq message whose single argument is the envelope: the channel's
 address is the event type (the envelope's `type`), and each receive operation names its queue.
+
+Each message is defined once, in `components.messages`; a channel lists its messages as
+references to them, and an operation references the messages of its channel, as AsyncAPI 3 asks.
+The `info` block's title and version and the `servers` come from `OUTBOX_ASYNCAPI_TITLE`,
+`OUTBOX_ASYNCAPI_VERSION` and `OUTBOX_ASYNCAPI_SERVERS` (`from_settings()`), which the command's
+options override. A server given as a URL keeps its scheme, host, port and path: never its user,
+password or query, so a broker's URL with its credentials may be given as it is.
 """
 
+import inspect
 import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from django.conf import settings
 
 from outbox.core.contracts import Event, contracts
 from outbox.core.envelope import Envelope
@@ -22,6 +34,8 @@ from outbox.core.subscriptions import Subscription, actor_name, routing_table
 
 ASYNCAPI_VERSION = "3.0.0"
 _KEY = re.compile(r"[^A-Za-z0-9_\-]")  # AsyncAPI's keys for channels, messages and operations
+# What a broker speaks, where its URL's scheme does not say it all: pika's AMQP is 0-9-1.
+_PROTOCOL_VERSIONS = {"amqp": "0-9-1", "amqps": "0-9-1"}
 
 
 def key(*parts: object) -> str:
@@ -29,19 +43,76 @@ def key(*parts: object) -> str:
     return "_".join(_KEY.sub("_", str(part)) for part in parts)
 
 
+def from_settings(
+    *, title: str | None = None, version: str | None = None, servers: Mapping[str, str | dict] | None = None
+) -> dict:
+    """The document as the settings describe it (OUTBOX_ASYNCAPI_*), `title`, `version` and
+    `servers` overriding theirs when given (the command's options)."""
+    return document(
+        title=title or settings.OUTBOX_ASYNCAPI_TITLE or default_title(),
+        version=version or settings.OUTBOX_ASYNCAPI_VERSION,
+        servers=settings.OUTBOX_ASYNCAPI_SERVERS if servers is None else servers,
+        leave_out=frozenset(settings.OUTBOX_ASYNCAPI_LEAVE_OUT),
+    )
+
+
+def default_title() -> str:
+    """`<project> events`, the project being the first name of its settings module's path (`mysite.settings`:
+    `mysite events`): what the document is about, until OUTBOX_ASYNCAPI_TITLE says better."""
+    # SETTINGS_MODULE is None inside override_settings() and under settings.configure(): the variable says it then.
+    module = getattr(settings, "SETTINGS_MODULE", None) or os.environ.get("DJANGO_SETTINGS_MODULE", "")
+    return f"{module.split('.')[0]} events" if module else "Events"
+
+
+def server_name(name: str) -> str:
+    """`name`, if AsyncAPI's tools accept it as a server's key."""
+    if not name or _KEY.search(name):
+        raise ValueError(f"a server's name is letters, digits, '_' and '-', not {name!r}")
+    return name
+
+
+def server(url: str) -> dict:
+    """An AsyncAPI Server Object from a broker's URL: its scheme (the protocol), host and port, and
+    path (a RabbitMQ virtual host, a Redis database). The user, the password and the query are left
+    out: whatever the URL carries, the document names no credential."""
+    parts = urlsplit(url.strip())
+    host = parts.netloc.rpartition("@")[2]
+    if not parts.scheme or not host:
+        raise ValueError(f"a server needs a URL with a scheme and a host, not {parts.scheme or url!r}")
+    found = {"host": host, "protocol": parts.scheme}
+    if parts.scheme in _PROTOCOL_VERSIONS:
+        found["protocolVersion"] = _PROTOCOL_VERSIONS[parts.scheme]
+    if parts.path not in ("", "/"):
+        found["pathname"] = parts.path
+    return found
+
+
+def servers_of_broker(urls: str | Iterable[str]) -> dict[str, dict]:
+    """The servers of Dramatiq's broker as `outbox.core.brokers` configures it (DRAMATIQ_BROKER's
+    `url`: one, or each node of a cluster): `broker`, or `broker_1`, `broker_2`... in the URLs'
+    order, sorted (each process shuffles its nodes). No credentials, as `server()`."""
+    listed = sorted([urls] if isinstance(urls, str) else urls)
+    if len(listed) == 1:
+        return {"broker": server(listed[0])}
+    return {f"broker_{number}": server(url) for number, url in enumerate(listed, start=1)}
+
+
 def document(
     *,
     title: str,
     version: str,
+    servers: Mapping[str, str | dict] | None = None,
     routes: Mapping[str, list[Subscription]] | None = None,
     declared: Mapping[tuple[str, int], type[Event]] | None = None,
     leave_out: frozenset[str] = frozenset(),
 ) -> dict:
     """The AsyncAPI document of `declared` (the contracts) and `routes` (the routing table), without
-    the contexts in `leave_out` (the test suite's probe)."""
+    the contexts in `leave_out` (the test suite's probe). `servers` maps each server's name to a
+    URL (see `server()`) or to a Server Object of AsyncAPI's, used as it is."""
     routes = routing_table() if routes is None else routes
     declared = contracts() if declared is None else declared
     schemas: dict[str, dict] = {"Envelope": _envelope_schema()}
+    messages: dict[str, dict] = {}
     channels: dict[str, dict] = {}
     operations: dict[str, dict] = {}
     for (event_type, version_number), contract in sorted(declared.items()):
@@ -52,7 +123,9 @@ def document(
             {"address": event_type, "title": event_type, "messages": {}},
         )
         payload = _contract_schema(contract, schemas)
-        channel["messages"][key(event_type, f"v{version_number}")] = {
+        message_key = key(event_type, f"v{version_number}")
+        channel["messages"][message_key] = {"$ref": f"#/components/messages/{message_key}"}
+        messages[message_key] = {
             "name": event_type,
             "title": f"{event_type} v{version_number}",
             "summary": _first_line(contract.__doc__),
@@ -100,6 +173,10 @@ def document(
                 "x-ordered": subscription.ordered,
                 "x-compensation": subscription.compensation,
             }
+    named = {
+        server_name(name): server(given) if isinstance(given, str) else dict(given)
+        for name, given in sorted((servers or {}).items())
+    }
     return {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {
@@ -111,10 +188,11 @@ def document(
                 "version of its event's contract."
             ),
         },
+        **({"servers": named} if named else {}),
         "defaultContentType": "application/json",
         "channels": dict(sorted(channels.items())),
         "operations": dict(sorted(operations.items())),
-        "components": {"schemas": dict(sorted(schemas.items()))},
+        "components": {"schemas": dict(sorted(schemas.items())), "messages": dict(sorted(messages.items()))},
     }
 
 
@@ -127,7 +205,9 @@ def render(document: dict) -> str:
 
 
 def _first_line(doc: str | None) -> str:
-    return (doc or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+    """A docstring's first paragraph on one line, its words one space apart: the same text whether
+    the interpreter keeps the indentation of docstrings (3.12 and before) or strips it (3.13)."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 def _envelope_schema() -> dict:

@@ -46,6 +46,11 @@ DEFAULTS: dict[str, object] = {
     "OUTBOX_SWEEP_MAX_RESENDS": 3,  # then a `never_acknowledged` dead letter
     "OUTBOX_SWEEP_HORIZON_SECONDS": 7.0 * DAY,
     "OUTBOX_RETENTION_SECONDS": 30.0 * DAY,  # prune_messages deletes what is older
+    # The event catalogue as AsyncAPI (manage.py export_asyncapi, whose options override these)
+    "OUTBOX_ASYNCAPI_TITLE": None,  # None: "<the settings module's first name> events" (mysite.settings: mysite)
+    "OUTBOX_ASYNCAPI_VERSION": "0.0.0",  # the catalogue's own: raise it with each contract added or versioned
+    "OUTBOX_ASYNCAPI_SERVERS": {},  # name: a broker URL (its credentials left out) or an AsyncAPI Server Object
+    "OUTBOX_ASYNCAPI_LEAVE_OUT": [],  # contexts (apps) whose events and handlers the document leaves out
 }
 
 

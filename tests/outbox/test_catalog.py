@@ -6,6 +6,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 from pydantic import BaseModel
 
 from outbox.core.catalog import checked_in, current_schemas, incompatibilities, render
@@ -97,3 +98,12 @@ def test_export_writes_every_contract_and_version(tmp_path):
     written = checked_in(tmp_path)
     assert {"delivery.requested.v1.json", "delivery.requested.v2.json"} <= set(written)
     assert written["delivery.requested.v2.json"]["x-publisher"] == "deliveries"
+
+
+def test_a_project_without_base_dir_exports_too(tmp_path):
+    """BASE_DIR is startproject's habit, not a setting Django defines: the default directory does without it."""
+    with override_settings():
+        del settings.BASE_DIR
+        call_command("export_event_schemas", directory=str(tmp_path))
+
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(current_schemas())

@@ -8,13 +8,16 @@ from outbox.core.catalog import checked_in, current_schemas, incompatibilities, 
 
 class Command(BaseCommand):
     help = (
-        "Write the JSON Schema of every event type and version to docs/events/. Refuses to overwrite a "
+        "Write the JSON Schema of every event type and version to docs/events/ (under BASE_DIR, or the current "
+        "directory where the project has none). Refuses to overwrite a "
         "version with an incompatible change (a field removed, renamed, retyped or made required): "
         "declare a new version instead."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--directory", default=str(Path(settings.BASE_DIR) / "docs" / "events"))
+        # BASE_DIR is startproject's convention, not a Django setting: a project may have none.
+        base = Path(getattr(settings, "BASE_DIR", "."))
+        parser.add_argument("--directory", default=str(base / "docs" / "events"))
 
     def handle(self, *, directory, **options):
         target = Path(directory)
