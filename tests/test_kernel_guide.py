@@ -1,0 +1,72 @@
+"""The kernel's own guide (kernel/docs/), for a project that installs the kernel: its tables held to
+the code (every OUTBOX_* setting with the kernel's default, every name of outbox.api)."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+import outbox.api
+from outbox.core.conf import DEFAULTS
+
+pytestmark = pytest.mark.servers_unused  # reads no server variable: CI runs it once, in the embedded step
+
+ROOT = Path(settings.BASE_DIR)
+GUIDE = ROOT / "kernel" / "docs"
+
+
+def documented_settings() -> dict[str, object]:
+    """settings.md's tables: each `OUTBOX_*` row's name and its default, read as Python."""
+    rows: dict[str, object] = {}
+    for number, line in enumerate((GUIDE / "settings.md").read_text().splitlines(), start=1):
+        if found := re.match(r"\| `(OUTBOX_[A-Z_]+)` \| `([^`]*)` \|", line):
+            name, default = found.groups()
+            assert name not in rows, f"settings.md:{number}: {name} is listed twice"
+            rows[name] = ast.literal_eval(default)
+    return rows
+
+
+def settings_the_kernel_reads() -> tuple[set[str], dict[str, object]]:
+    """Every `settings.OUTBOX_*` the kernel's code reads, and those it reads with a fallback of its
+    own (`getattr(settings, "OUTBOX_...", fallback)`) with that fallback."""
+    read, with_fallback = set(), {}
+    for path in (ROOT / "outbox").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("OUTBOX_"):
+                read.add(node.attr)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and len(node.args) == 3
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("OUTBOX_")
+            ):
+                with_fallback[node.args[1].value] = ast.literal_eval(node.args[2])
+    return read, with_fallback
+
+
+def test_the_settings_table_lists_every_outbox_setting_with_the_kernels_default():
+    documented = documented_settings()
+    read, with_fallback = settings_the_kernel_reads()
+    kernels = {**DEFAULTS, **with_fallback}
+
+    assert sorted(set(kernels) - set(documented)) == [], "settings the guide does not list"
+    assert sorted(set(documented) - set(kernels)) == [], "settings the guide lists that the kernel has not"
+    assert sorted(read - set(kernels)) == [], "settings the kernel reads with no default"
+    wrong = {
+        name: f"the guide says {documented[name]!r}, the kernel {value!r}"
+        for name, value in kernels.items()
+        if (documented[name], type(documented[name])) != (value, type(value))
+    }
+    assert wrong == {}
+
+
+def test_the_api_page_names_every_name_of_outbox_api():
+    page = (GUIDE / "api.md").read_text()
+    listed = set(re.findall(r"^\| `([A-Za-z_]+)[(`]", page, flags=re.MULTILINE))
+
+    assert sorted(set(outbox.api.__all__) - listed) == []
+    assert sorted(listed - set(outbox.api.__all__)) == []
