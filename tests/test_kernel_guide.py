@@ -1,5 +1,6 @@
 """The kernel's own guide (kernel/docs/), for a project that installs the kernel: its tables held to
-the code (every OUTBOX_* setting with the kernel's default, every name of outbox.api)."""
+the code (every OUTBOX_* setting with the kernel's default, every name of outbox.api, every command
+and option)."""
 
 import ast
 import re
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import load_command_class
 
 import outbox.api
 from outbox.core.conf import DEFAULTS
@@ -70,3 +72,27 @@ def test_the_api_page_names_every_name_of_outbox_api():
 
     assert sorted(set(outbox.api.__all__) - listed) == []
     assert sorted(listed - set(outbox.api.__all__)) == []
+
+
+# What every management command has from Django itself: not the kernel's to document.
+DJANGOS_OWN = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", "--pythonpath", "--traceback"}
+DJANGOS_OWN |= {"--no-color", "--force-color", "--skip-checks"}
+
+
+def options_of(command: str) -> list[str]:
+    """The options the kernel's command adds to Django's own, as its parser knows them."""
+    parser = load_command_class("outbox", command).create_parser("manage.py", command)
+    return [option for action in parser._actions for option in action.option_strings if option not in DJANGOS_OWN]
+
+
+def test_the_commands_page_has_every_command_of_the_kernel_with_every_option():
+    page = (GUIDE / "commands.md").read_text()
+    sections = dict(re.findall(r"^## `([a-z_]+)`.*?\n(.*?)(?=^## |\Z)", page, flags=re.MULTILINE | re.DOTALL))
+    commands = sorted(p.stem for p in (ROOT / "outbox/management/commands").glob("*.py") if p.stem != "__init__")
+
+    assert sorted(set(sections) - {"rundramatiq"}) == commands
+    missing = {
+        name: [option for option in options_of(name) if not re.search(rf"`{re.escape(option)}[ `]", sections[name])]
+        for name in commands
+    }
+    assert {name: options for name, options in missing.items() if options} == {}
