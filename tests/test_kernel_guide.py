@@ -1,9 +1,14 @@
-"""The kernel's own guide (kernel/docs/), for a project that installs the kernel: its tables held to
-the code (every OUTBOX_* setting with the kernel's default, every name of outbox.api, every command
-and option)."""
+"""The kernel's own guide (kernel/mkdocs.yml, kernel/docs/), for a project that installs the kernel:
+built strictly, so a broken link, anchor or snippet, or a page left out of the nav, fails; its
+tables held to the code (every OUTBOX_* setting with the kernel's default, every name of
+outbox.api, every command and option); and, like the kernel itself, naming nothing of this
+project's domain."""
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +17,28 @@ from django.core.management import load_command_class
 
 import outbox.api
 from outbox.core.conf import DEFAULTS
+from tests.outbox.test_kernel_is_generic import DOMAIN
 
 pytestmark = pytest.mark.servers_unused  # reads no server variable: CI runs it once, in the embedded step
 
 ROOT = Path(settings.BASE_DIR)
-GUIDE = ROOT / "kernel" / "docs"
+KERNEL = ROOT / "kernel"
+GUIDE = KERNEL / "docs"
+
+
+def test_the_guide_builds_strictly_without_a_warning(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(KERNEL / "mkdocs.yml")]
+        + ["--site-dir", str(tmp_path / "site")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # Material's banner about its successor
+    )
+    output = done.stdout + done.stderr
+    problems = [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR")) or "Error" in line]
+    assert done.returncode == 0 and problems == [], output[-4000:]
+    assert (tmp_path / "site" / "settings" / "index.html").exists()
 
 
 def documented_settings() -> dict[str, object]:
@@ -96,3 +118,14 @@ def test_the_commands_page_has_every_command_of_the_kernel_with_every_option():
         for name in commands
     }
     assert {name: options for name, options in missing.items() if options} == {}
+
+
+def test_the_guide_names_nothing_of_this_projects_domain():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in [KERNEL / "mkdocs.yml", *sorted(GUIDE.rglob("*"))]
+        if path.is_file() and path.suffix in (".md", ".yml", ".py", ".html", ".css", ".js", ".txt", ".toml")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if DOMAIN.search(line)
+    ]
+    assert found == []
