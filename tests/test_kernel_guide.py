@@ -1,0 +1,131 @@
+"""The kernel's own guide (kernel/mkdocs.yml, kernel/docs/), for a project that installs the kernel:
+built strictly, so a broken link, anchor or snippet, or a page left out of the nav, fails; its
+tables held to the code (every OUTBOX_* setting with the kernel's default, every name of
+outbox.api, every command and option); and, like the kernel itself, naming nothing of this
+project's domain."""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import load_command_class
+
+import outbox.api
+from outbox.core.conf import DEFAULTS
+from tests.outbox.test_kernel_is_generic import DOMAIN
+
+pytestmark = pytest.mark.servers_unused  # reads no server variable: CI runs it once, in the embedded step
+
+ROOT = Path(settings.BASE_DIR)
+KERNEL = ROOT / "kernel"
+GUIDE = KERNEL / "docs"
+
+
+def test_the_guide_builds_strictly_without_a_warning(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(KERNEL / "mkdocs.yml")]
+        + ["--site-dir", str(tmp_path / "site")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # Material's banner about its successor
+    )
+    output = done.stdout + done.stderr
+    problems = [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR")) or "Error" in line]
+    assert done.returncode == 0 and problems == [], output[-4000:]
+    assert (tmp_path / "site" / "settings" / "index.html").exists()
+
+
+def documented_settings() -> dict[str, object]:
+    """settings.md's tables: each `OUTBOX_*` row's name and its default, read as Python."""
+    rows: dict[str, object] = {}
+    for number, line in enumerate((GUIDE / "settings.md").read_text().splitlines(), start=1):
+        if found := re.match(r"\| `(OUTBOX_[A-Z_]+)` \| `([^`]*)` \|", line):
+            name, default = found.groups()
+            assert name not in rows, f"settings.md:{number}: {name} is listed twice"
+            rows[name] = ast.literal_eval(default)
+    return rows
+
+
+def settings_the_kernel_reads() -> tuple[set[str], dict[str, object]]:
+    """Every `settings.OUTBOX_*` the kernel's code reads, and those it reads with a fallback of its
+    own (`getattr(settings, "OUTBOX_...", fallback)`) with that fallback."""
+    read, with_fallback = set(), {}
+    for path in (ROOT / "outbox").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("OUTBOX_"):
+                read.add(node.attr)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and len(node.args) == 3
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("OUTBOX_")
+            ):
+                with_fallback[node.args[1].value] = ast.literal_eval(node.args[2])
+    return read, with_fallback
+
+
+def test_the_settings_table_lists_every_outbox_setting_with_the_kernels_default():
+    documented = documented_settings()
+    read, with_fallback = settings_the_kernel_reads()
+    kernels = {**DEFAULTS, **with_fallback}
+
+    assert sorted(set(kernels) - set(documented)) == [], "settings the guide does not list"
+    assert sorted(set(documented) - set(kernels)) == [], "settings the guide lists that the kernel has not"
+    assert sorted(read - set(kernels)) == [], "settings the kernel reads with no default"
+    wrong = {
+        name: f"the guide says {documented[name]!r}, the kernel {value!r}"
+        for name, value in kernels.items()
+        if (documented[name], type(documented[name])) != (value, type(value))
+    }
+    assert wrong == {}
+
+
+def test_the_api_page_names_every_name_of_outbox_api():
+    page = (GUIDE / "api.md").read_text()
+    listed = set(re.findall(r"^\| `([A-Za-z_]+)[(`]", page, flags=re.MULTILINE))
+
+    assert sorted(set(outbox.api.__all__) - listed) == []
+    assert sorted(listed - set(outbox.api.__all__)) == []
+
+
+# What every management command has from Django itself: not the kernel's to document.
+DJANGOS_OWN = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", "--pythonpath", "--traceback"}
+DJANGOS_OWN |= {"--no-color", "--force-color", "--skip-checks"}
+
+
+def options_of(command: str) -> list[str]:
+    """The options the kernel's command adds to Django's own, as its parser knows them."""
+    parser = load_command_class("outbox", command).create_parser("manage.py", command)
+    return [option for action in parser._actions for option in action.option_strings if option not in DJANGOS_OWN]
+
+
+def test_the_commands_page_has_every_command_of_the_kernel_with_every_option():
+    page = (GUIDE / "commands.md").read_text()
+    sections = dict(re.findall(r"^## `([a-z_]+)`.*?\n(.*?)(?=^## |\Z)", page, flags=re.MULTILINE | re.DOTALL))
+    commands = sorted(p.stem for p in (ROOT / "outbox/management/commands").glob("*.py") if p.stem != "__init__")
+
+    assert sorted(set(sections) - {"rundramatiq"}) == commands
+    missing = {
+        name: [option for option in options_of(name) if not re.search(rf"`{re.escape(option)}[ `]", sections[name])]
+        for name in commands
+    }
+    assert {name: options for name, options in missing.items() if options} == {}
+
+
+def test_the_guide_names_nothing_of_this_projects_domain():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in [KERNEL / "mkdocs.yml", *sorted(GUIDE.rglob("*"))]
+        if path.is_file() and path.suffix in (".md", ".yml", ".py", ".html", ".css", ".js", ".txt", ".toml")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if DOMAIN.search(line)
+    ]
+    assert found == []
