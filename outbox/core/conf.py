@@ -108,3 +108,23 @@ def packs_end_within_the_consumer_timeout(app_configs=None, broker: dramatiq.Bro
             id="outbox.W002",
         )
     ]
+
+
+HANDLED_LOG_LEVELS = ("DEBUG", "INFO", "WARNING")
+
+
+@checks.register()
+def handled_log_level_is_a_level(app_configs=None, **kwargs):
+    """The one line per handled message is logged at OUTBOX_HANDLED_LOG_LEVEL: a name logging does
+    not know (a lower-case one, a typo) made that line raise for every message, after its transaction
+    had committed, so Dramatiq retried each (its copies then duplicates) until it set it aside."""
+    level = settings.OUTBOX_HANDLED_LOG_LEVEL
+    if level in HANDLED_LOG_LEVELS:
+        return []
+    return [
+        checks.Error(
+            f"OUTBOX_HANDLED_LOG_LEVEL is {level!r}: one of {', '.join(HANDLED_LOG_LEVELS)}",
+            hint="a level's name in capitals, as the logging module writes it",
+            id="outbox.E002",
+        )
+    ]

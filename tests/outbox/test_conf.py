@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from django.conf import settings
 
 from outbox.core.conf import DEFAULTS
@@ -69,3 +70,13 @@ def test_the_defaults_are_what_this_deployable_runs_with_when_its_environment_sa
     assert json.loads(ran.stdout) == {
         name: value for name, value in json.loads(json.dumps(DEFAULTS)).items() if name not in DESCRIBING
     }
+
+
+@pytest.mark.parametrize(("level", "refused"), [("INFO", False), ("WARNING", False), ("debug", True), (10, True)])
+def test_a_handled_log_level_logging_does_not_know_is_refused_at_start(settings, level, refused):
+    """A name logging does not know made the line of every handled message raise, after its commit."""
+    from outbox.core.conf import handled_log_level_is_a_level
+
+    settings.OUTBOX_HANDLED_LOG_LEVEL = level
+
+    assert [error.id for error in handled_log_level_is_a_level()] == (["outbox.E002"] if refused else [])
