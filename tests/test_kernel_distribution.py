@@ -40,7 +40,8 @@ def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(
     names = archive.namelist()
 
     assert wheel.name.startswith(f"{project['name'].replace('-', '_')}-{project['version']}-")
-    assert {Path(name).parts[0] for name in names if ".dist-info" not in name} == {"outbox"}
+    # outbox, and beside it the pytest plugin that gives outbox.testing's helpers as fixtures.
+    assert {Path(name).parts[0] for name in names if ".dist-info" not in name} == {"outbox", "outbox_pytest"}
     assert {
         "outbox/api.py",
         "outbox/testing.py",
@@ -48,7 +49,10 @@ def test_the_kernels_wheel_holds_the_outbox_package_and_nothing_of_this_project(
         "outbox/templates/admin/outbox/overview.html",
         "outbox/management/commands/relay_outbox.py",
         "outbox/management/commands/export_asyncapi.py",
+        "outbox_pytest/__init__.py",
     } <= set(names)
+    entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "[pytest11]\noutbox = outbox_pytest\n" in entry_points  # pytest loads the plugin by itself
     named = [
         f"{name}: {line.strip()}"
         for name in names

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.servers_unused  # CI runs it once, in the embedded step
 ROOT = Path(settings.BASE_DIR)
 GUIDE = ROOT / "kernel" / "docs" / "testing.md"
 FRESH_PROJECT = ROOT / "tests" / "fresh_project"
-PLUGIN = ROOT / "outbox" / "pytest_plugin.py"
+PLUGIN = ROOT / "kernel" / "outbox_pytest" / "__init__.py"
 
 
 def code_blocks() -> list[str]:

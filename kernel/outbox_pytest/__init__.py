@@ -15,6 +15,11 @@ Each fixture gives one helper of `outbox.testing` with the database access it ne
 pytest loads this module before pytest-django has configured Django, so nothing here may touch
 Django, its settings or the kernel's models when it is imported: each fixture imports what it
 gives when it runs. Their names all begin `outbox_`, to keep clear of a project's own fixtures.
+
+It lives beside `outbox`, not in it, and ships in the same distribution: pytest's adapter to the
+kernel rather than a part of the Django app, it uses the kernel from outside, as a project's
+wiring does (a relay from `outbox.relaying`, the helpers from `outbox.testing`), and the kernel's
+parts, their layers and their drawing stay as they are.
 """
 
 import threading
