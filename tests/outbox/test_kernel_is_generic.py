@@ -10,8 +10,11 @@ from django.conf import settings
 
 KERNEL = Path(settings.BASE_DIR) / "outbox"
 DISTRIBUTION = Path(settings.BASE_DIR) / "kernel"
-# This project's domain, as words; a broker's delivery tag, mode and limit are messaging's own.
-DOMAIN = re.compile(r"\b(drones?|deliver(y|ies)|packages?|fleet)\b(?![ _-](tags?|mode|info|limit)\b)", re.IGNORECASE)
+# This project's domain, as words; a broker's delivery tag, mode and limit are messaging's own, and
+# setuptools' table of what a distribution ships (`tool.setuptools.packages`) is packaging's.
+DOMAIN = re.compile(
+    r"(?<!setuptools\.)\b(drones?|deliver(y|ies)|packages?|fleet)\b(?![ _-](tags?|mode|info|limit)\b)", re.IGNORECASE
+)
 TEXT = (".py", ".html", ".js", ".css", ".txt", ".md", ".json", ".toml", ".cfg", ".in", "")  # "": LICENSE
 
 

@@ -1,7 +1,7 @@
 """outbox.testing, the helpers for a team adding a context, on this project's own delivery flow."""
 
 import threading
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from django.db import connection, transaction
@@ -12,6 +12,7 @@ from outbox.core.publishing import publish
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.testing import (
     DeadLettered,
+    deliver,
     failing,
     handled_by,
     published,
@@ -19,6 +20,8 @@ from outbox.testing import (
     run_choreography,
     wait_until_processed,
 )
+from packages.handlers import DeliveryRequested, PackageInfo
+from packages.models import Package
 from tests.factories import requested
 from tests.probe.events import ProbeEchoed, ProbePinged
 
@@ -134,3 +137,112 @@ def test_wait_until_processed_is_not_fooled_by_a_handler_committing_between_its_
     ):
         wait_until_processed(correlation_id=pinged.correlation_id, timeout=1)
     assert committed, "the handlers' commit was never placed between two reads"
+
+
+def requested_v1(delivery_id: UUID, *, expedited: bool = False) -> dict:
+    """delivery.requested as its version 1 publisher sends it, written as a subscriber's test would:
+    a dict, with none of the deliveries context's contracts or code."""
+    return {
+        "delivery_id": str(delivery_id),
+        "pickup": {"latitude": 47.6205, "longitude": -122.3493},
+        "dropoff": {"latitude": 47.6097, "longitude": -122.3331},
+        "pickup_time": timezone.now().isoformat(),
+        "expedited": expedited,
+        "package": {"package_id": str(uuid4()), "size": "Small", "weight_kg": 1.5},
+    }
+
+
+def test_deliver_hands_one_message_to_one_subscriber_and_shows_what_it_published_in_turn(db):
+    delivery_id = uuid4()
+
+    handed = deliver("packages", "delivery.requested", requested_v1(delivery_id))
+
+    assert (handed.outcome, handed.dead_letter) == ("processed", None)
+    assert Package.objects.get(delivery_id=delivery_id).status == Package.Status.READY
+    [ready] = handed.published
+    assert (ready.type, ready.causation_id, ready.correlation_id, ready.hops) == (
+        "package.ready",
+        handed.envelope.message_id,
+        handed.envelope.correlation_id,
+        1,
+    )
+    assert published("package.ready") == [ready]
+    assert list(InboxMessage.objects.values_list("subscriber", flat=True)) == ["packages"]  # to that one only
+
+
+def test_the_same_message_handed_again_is_a_duplicate_and_not_handled_again(db):
+    payload = requested_v1(uuid4())
+
+    first = deliver("packages", "delivery.requested", payload)
+    again = deliver("packages", first.envelope)
+    by_its_id = deliver("packages", "delivery.requested", payload, message_id=first.envelope.message_id)
+
+    assert (first.outcome, again.outcome, by_its_id.outcome) == ("processed", "duplicate", "duplicate")
+    assert again.published == by_its_id.published == ()
+    assert InboxMessage.objects.get(subscriber="packages").duplicates == 2
+    assert OutboxMessage.objects.filter(type="package.ready").count() == 1
+
+
+def test_a_payload_may_be_built_with_the_subscribers_own_reader(db):
+    delivery_id, package_id = uuid4(), uuid4()
+    request = DeliveryRequested(
+        delivery_id=delivery_id, package=PackageInfo(package_id=package_id, size="Small", weight_kg=1.5)
+    )
+
+    handed = deliver("packages", "delivery.requested", request, version=2)
+
+    assert handed.outcome == "processed"
+    assert handed.envelope.payload["package"]["package_id"] == str(package_id)  # as JSON carries it
+    assert Package.objects.get(delivery_id=delivery_id).package_id == package_id
+
+
+def test_deliver_upcasts_as_dispatch_does_and_dead_letters_a_version_the_subscriber_cannot_read(fleet):
+    # The drone scheduler reads version 2 only: version 1 reaches it through the publisher's upcaster.
+    upcast = deliver("drones", "delivery.requested", requested_v1(uuid4(), expedited=True), version=1)
+    unknown = deliver("drones", "delivery.requested", requested_v1(uuid4()), version=9)
+
+    assert upcast.outcome == "processed"
+    assert (unknown.outcome, unknown.dead_letter.reason) == ("dead_lettered", "unsupported_version")
+
+
+def test_an_ordered_subscriber_finds_an_older_message_of_its_stream_stale(db):
+    position = {"delivery_id": str(uuid4()), "latitude": 47.61, "longitude": -122.34}
+
+    later = deliver("deliveries", "drone.position_reported", position, stream="assignment:1", sequence=2)
+    earlier = deliver("deliveries", "drone.position_reported", position, stream="assignment:1", sequence=1)
+    of_its_own_stream = deliver("deliveries", "drone.position_reported", position)
+
+    assert (later.outcome, earlier.outcome, of_its_own_stream.outcome) == ("processed", "stale", "processed")
+
+
+def test_an_invalid_payload_or_a_failing_handler_is_a_dead_letter_that_says_why(db):
+    invalid = deliver("packages", "delivery.requested", {"delivery_id": str(uuid4())})
+    with failing("packages", "delivery.requested", error=ValueError("the scale is broken")):
+        failed = deliver("packages", "delivery.requested", requested_v1(uuid4()))
+
+    assert (invalid.outcome, invalid.dead_letter.reason) == ("dead_lettered", "invalid_payload")
+    assert "package" in invalid.dead_letter.error  # the field the subscriber's reader missed
+    assert (failed.outcome, failed.dead_letter.reason, failed.dead_letter.error) == (
+        "dead_lettered",
+        "handler_error",
+        "the scale is broken",
+    )
+    assert "dead_lettered, handler_error: the scale is broken" in repr(failed)  # what a failed assert shows
+    assert DeadLetter.objects.count() == 2 and not Package.objects.exists()
+
+
+def test_what_a_subscriber_publishes_to_compensate_for_an_unreadable_message_is_shown(customer):
+    delivery_id = requested(customer)
+
+    handed = deliver("deliveries", "drone.scheduled", {"delivery_id": str(delivery_id), "eta": "soon"})
+
+    assert (handed.outcome, handed.dead_letter.reason) == ("dead_lettered", "invalid_payload")
+    assert [(e.type, e.payload["reason"]) for e in handed.published] == [("delivery.failed", "unprocessable")]
+
+
+def test_deliver_refuses_a_type_the_subscriber_does_not_handle_and_fields_beside_an_envelope(db):
+    with pytest.raises(LookupError, match=r"packages has no handler for delivery.requsted \(it handles: delivery"):
+        deliver("packages", "delivery.requsted", requested_v1(uuid4()))
+    first = deliver("packages", "delivery.requested", requested_v1(uuid4()))
+    with pytest.raises(TypeError, match="an Envelope is handed as it is"):
+        deliver("packages", first.envelope, sequence=2)

@@ -1,0 +1,102 @@
+"""`outbox.testing` as pytest fixtures, registered by the distribution (the `pytest11` entry point):
+a project that installs the kernel and pytest-django gets them with nothing to import or declare.
+
+Each fixture gives one helper of `outbox.testing` with the database access it needs (pytest-django's
+`db`, or `transactional_db` where other threads must see what the test commits):
+
+- `outbox_deliver`: `deliver()`, one message handed to one subscriber;
+- `outbox_published`: `published()`, what was published, as envelopes;
+- `outbox_run_choreography`: `run_choreography()`, a whole flow played in the test's process;
+- `outbox_failing`: `failing()`, a subscriber's handler made to fail within a `with` block;
+- `outbox_relay_and_workers`: a relay and a Dramatiq worker running in the test's process, on the
+  project's own broker, until the test ends;
+- `outbox_wait_until_processed`: `wait_until_processed()`, waiting on that relay and those workers.
+
+pytest loads this module before pytest-django has configured Django, so nothing here may touch
+Django, its settings or the kernel's models when it is imported: each fixture imports what it
+gives when it runs. Their names all begin `outbox_`, to keep clear of a project's own fixtures.
+
+It lives beside `outbox`, not in it, and ships in the same distribution: pytest's adapter to the
+kernel rather than a part of the Django app, it uses the kernel from outside, as a project's
+wiring does (a relay from `outbox.relaying`, the helpers from `outbox.testing`), and the kernel's
+parts, their layers and their drawing stay as they are.
+"""
+
+import threading
+
+import pytest
+
+
+@pytest.fixture
+def outbox_deliver(db):
+    """`outbox.testing.deliver`: hand one message to one subscriber, and see what came of it."""
+    from outbox.testing import deliver
+
+    return deliver
+
+
+@pytest.fixture
+def outbox_published(db):
+    """`outbox.testing.published`: the envelopes published so far, by type or by story."""
+    from outbox.testing import published
+
+    return published
+
+
+@pytest.fixture
+def outbox_run_choreography(db):
+    """`outbox.testing.run_choreography`: hand every event to its subscribers until none is left."""
+    from outbox.testing import run_choreography
+
+    return run_choreography
+
+
+@pytest.fixture
+def outbox_failing():
+    """`outbox.testing.failing`: within its block, one subscriber's handler of one type raises."""
+    from outbox.testing import failing
+
+    return failing
+
+
+@pytest.fixture
+def outbox_relay_and_workers(transactional_db):
+    """A relay and a Dramatiq worker (two threads) in the test's process, on the broker the project's
+    settings configure, as its own processes run in production; both stop when the test ends. The
+    tests' broker must be theirs alone: its subscribers' queues are emptied before and after, so
+    that no message of one test is handled in the next."""
+    import dramatiq
+    from django.db import connection
+
+    from outbox.relaying.relay import Relay
+
+    broker = dramatiq.get_broker()
+    broker.flush_all()
+    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    stop = threading.Event()
+
+    def relay() -> None:
+        try:
+            Relay(broker=broker).run(stop=stop)
+        finally:
+            connection.close()
+
+    relaying = threading.Thread(target=relay, name="outbox-relay", daemon=True)
+    relaying.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        relaying.join(10)
+        worker.stop(timeout=10_000)
+        broker.flush_all()
+
+
+@pytest.fixture
+def outbox_wait_until_processed(transactional_db):
+    """`outbox.testing.wait_until_processed`: return once what is due has been relayed and handled
+    (by a relay and workers that see what the test commits: hence `transactional_db`)."""
+    from outbox.testing import wait_until_processed
+
+    return wait_until_processed
