@@ -1,5 +1,5 @@
 """kernel/docs/testing.md, the kernel's testing guide, cannot rot: each of its code blocks is, word
-for word, part of a file of the fresh project (tests/fresh_project), whose tests
+for word, part of a file of the fresh project (kernel/quickstart), whose tests
 tests/test_kernel_in_a_fresh_project.py runs with the kernel's wheel; it names every fixture the
 kernel's pytest plugin gives; and, written for any project, it names nothing of this one's domain."""
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.servers_unused  # CI runs it once, in the embedded step
 
 ROOT = Path(settings.BASE_DIR)
 GUIDE = ROOT / "kernel" / "docs" / "testing.md"
-FRESH_PROJECT = ROOT / "tests" / "fresh_project"
+FRESH_PROJECT = ROOT / "kernel" / "quickstart"
 PLUGIN = ROOT / "kernel" / "outbox_pytest" / "__init__.py"
 
 
@@ -34,7 +34,7 @@ def test_every_code_block_of_the_guide_is_in_a_file_of_the_fresh_project_word_fo
 
     assert len(shown) >= 10, "the guide's code blocks were not found"
     nowhere = [code for code in shown if not any(code.rstrip("\n") in text for text in files.values())]
-    assert nowhere == [], "in kernel/docs/testing.md, but in no file of tests/fresh_project"
+    assert nowhere == [], "in kernel/docs/testing.md, but in no file of kernel/quickstart"
 
 
 def test_the_guide_names_every_fixture_of_the_plugin_and_nothing_of_this_projects_domain():
