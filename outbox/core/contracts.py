@@ -27,7 +27,10 @@ class Event(BaseModel):
             return  # an abstract family of events, not a contract
         key = (cls.type, cls.version)
         known = _contracts.get(key)
-        if known is not None and known.__qualname__ != cls.__qualname__:
+        # The same class again (its module imported once more) is no second declaration; a class of
+        # the same name in another module is (a subscriber's copy of its publisher's contract would
+        # silently replace the publisher's).
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
             raise TypeError(f"event {cls.type} v{cls.version} is already declared by {known.__module__}")
         _contracts[key] = cls
 
