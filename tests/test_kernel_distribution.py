@@ -4,6 +4,8 @@ changelog, and nothing of this project; their metadata declare the licence and t
 Python and Django the kernel supports, and `twine check --strict` passes both."""
 
 import email.parser
+import fcntl
+import hashlib
 import re
 import shutil
 import subprocess
@@ -52,14 +54,44 @@ def kernel_distributions(where: Path) -> tuple[Path, Path]:
     return sdist, wheel
 
 
-def kernel_wheel(where: Path) -> Path:
-    """The kernel's wheel (tests/test_kernel_in_a_fresh_project.py installs it)."""
-    return kernel_distributions(where)[1]
+def built_once(tmp_path_factory) -> tuple[Path, Path]:
+    """The kernel's sdist and wheel as they are now, built once for the whole run: every process of
+    it (pytest-xdist's) and every module that installs the kernel (the fresh project, the versions)
+    shares them. Each build makes an isolated environment of its own, ten to thirty seconds."""
+    shared = tmp_path_factory.getbasetemp().parent  # the run's, above each process's own
+    where = shared / f"kernel-{source_digest()}"
+    with open(shared / "kernel-distributions.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (where / "built").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            kernel_distributions(where)
+            (where / "built").touch()
+    return next(where.glob("*.tar.gz")), next(where.glob("*.whl"))
+
+
+def source_digest() -> str:
+    """What the distributions are built from (kernel/, its link to the code followed): a run whose
+    base directory outlived an earlier run never takes that run's build for its own."""
+    digest = hashlib.sha256()
+    code = (KERNEL / "outbox").resolve()  # rglob does not follow the link
+    for top in (KERNEL, code):
+        for path in sorted(top.rglob("*")):
+            parts = path.relative_to(top).parts
+            left_by_a_build = "__pycache__" in parts or parts[0] in ("build", "dist") or ".egg-info" in str(path)
+            if path.is_file() and not left_by_a_build:
+                digest.update(f"{top.name}/{path.relative_to(top)}".encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def kernel_wheel(tmp_path_factory) -> Path:
+    """The kernel's wheel (the fresh project and the versions install it)."""
+    return built_once(tmp_path_factory)[1]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, Path]:
-    return kernel_distributions(tmp_path_factory.mktemp("kernel-distribution"))
+    return built_once(tmp_path_factory)
 
 
 def sdist_files(sdist: Path) -> dict[str, bytes]:

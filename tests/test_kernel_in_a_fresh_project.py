@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    return kernel_wheel(tmp_path_factory.mktemp("wheel"))
+    return kernel_wheel(tmp_path_factory)
 
 
 # The two ends of what the kernel declares (kernel/README.md, its classifiers): this run's Python with
