@@ -1,6 +1,8 @@
 """`locked_row()`: a row by its key, locked, read as the ORM reads it, its statement written once."""
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import OperationalError, connection, transaction
@@ -34,18 +36,15 @@ def test_outside_a_transaction_it_is_refused_as_select_for_update_is():
         locked_row(OutboxMessage, 1)
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_the_lock_holds_until_the_transaction_ends():
-    """Another transaction asking for the row without waiting is refused while the holder's is open."""
-    with transaction.atomic():
-        published = publish(ProbeEchoed(n=8), stream="lock:2")
+@contextmanager
+def held_by_another_transaction(row_id: int) -> Iterator[None]:
+    """`locked_row` of the outbox row `row_id` in a transaction of another thread, open until the block ends."""
     held, release, errors = threading.Event(), threading.Event(), []
 
     def holder() -> None:
         try:
             with transaction.atomic():
-                assert locked_row(OutboxMessage, published.id) is not None
+                assert locked_row(OutboxMessage, row_id) is not None
                 held.set()
                 release.wait(20)
         except Exception as error:  # noqa: BLE001 - reported below
@@ -57,12 +56,27 @@ def test_the_lock_holds_until_the_transaction_ends():
     thread.start()
     try:
         assert held.wait(20)
-        with pytest.raises(OperationalError, match="could not obtain lock"), transaction.atomic():
-            OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id)
+        yield
     finally:
         release.set()
         thread.join(30)
     assert errors == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_lock_holds_until_the_transaction_ends():
+    """Another transaction asking for the row without waiting is refused while the holder's is open."""
+    with transaction.atomic():
+        published = publish(ProbeEchoed(n=8), stream="lock:2")
+
+    with (
+        held_by_another_transaction(published.id),
+        pytest.raises(OperationalError, match="could not obtain lock"),
+        transaction.atomic(),
+    ):
+        OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id)
+
     with transaction.atomic():  # released with the holder's transaction
         assert OutboxMessage.objects.select_for_update(nowait=True).get(pk=published.id).id == published.id
 
@@ -75,31 +89,16 @@ def test_a_second_locked_row_of_the_same_row_waits_for_the_first():
     until its lock_timeout gives up (the holder never commits meanwhile): it never gets the row."""
     with transaction.atomic():
         published = publish(ProbeEchoed(n=9), stream="lock:3")
-    held, release, errors = threading.Event(), threading.Event(), []
 
-    def holder() -> None:
-        try:
-            with transaction.atomic():
-                assert locked_row(OutboxMessage, published.id) is not None
-                held.set()
-                release.wait(20)
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            connection.close()
+    with (
+        held_by_another_transaction(published.id),
+        pytest.raises(OperationalError, match="lock timeout"),
+        transaction.atomic(),
+    ):
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '100ms'")
+        locked_row(OutboxMessage, published.id)
 
-    thread = threading.Thread(target=holder)
-    thread.start()
-    try:
-        assert held.wait(20)
-        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '100ms'")
-            locked_row(OutboxMessage, published.id)
-    finally:
-        release.set()
-        thread.join(30)
-    assert errors == []
     with transaction.atomic():  # the holder's transaction over, the row is the next one's
         assert locked_row(OutboxMessage, published.id).id == published.id
 
