@@ -29,7 +29,7 @@ from tests.processes import embedded_redis_pid
 from tests.test_kernel_distribution import kernel_wheel
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("fresh-project")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +40,14 @@ def wheel(tmp_path_factory) -> Path:
 # The two ends of what the kernel declares (kernel/README.md, its classifiers): this run's Python with
 # Django 5.2 LTS, as this project runs it, and the newest Python with the newest Django. Every other
 # combination runs the project's own tests (tests/test_kernel_versions.py).
-ENDS = [THIS_PYTHON_AND_DJANGO_LTS, NEWEST]
+# Each end's tests in one process of pytest-xdist's (its project built once), the two ends in two.
+ENDS = [
+    pytest.param(pair, id=combination_id(pair), marks=pytest.mark.xdist_group(f"fresh-project-{combination_id(pair)}"))
+    for pair in (THIS_PYTHON_AND_DJANGO_LTS, NEWEST)
+]
 
 
-@pytest.fixture(scope="module", params=ENDS, ids=combination_id)
+@pytest.fixture(scope="module", params=ENDS)
 def project(request, tmp_path_factory, wheel) -> Path:
     """The fresh project, with the kernel's wheel, its requirements and pytest-django in its own .venv."""
     python, django = request.param
