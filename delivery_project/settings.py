@@ -271,6 +271,8 @@ OUTBOX_HEARTBEAT_SECONDS = float(os.environ.get("OUTBOX_HEARTBEAT_SECONDS", "5")
 OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
 # The copies a relay claimed together for one queue travel in one broker message, this many at most.
 OUTBOX_RELAY_PACK_SIZE = int(os.environ.get("OUTBOX_RELAY_PACK_SIZE", "20"))
+# A pack's envelopes share one transaction (0: a transaction each, as if each had come alone).
+OUTBOX_PACK_TRANSACTION = os.environ.get("OUTBOX_PACK_TRANSACTION", "1") != "0"
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
 # After a failed round the relay waits 0.5 s, doubling up to this, each wait jittered (half to

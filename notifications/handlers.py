@@ -41,6 +41,8 @@ class Due(Reader):
     sent_message_id: int
 
 
-@subscribe("notifications", "notification.due", reader=Due)
+# Sends an e-mail or an SMS: committed alone, never in a pack's shared transaction, so that no
+# neighbour's failure can roll back its `sent_at` and have it sent again.
+@subscribe("notifications", "notification.due", reader=Due, outside_effects=True)
 def on_notification_due(message: Received[Due]) -> None:
     send_message(sent_message_id=message.payload.sent_message_id)

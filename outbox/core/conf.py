@@ -33,6 +33,7 @@ DEFAULTS: dict[str, object] = {
     "OUTBOX_HEARTBEAT_SECONDS": 5.0,
     "OUTBOX_RELAY_BATCH_SIZE": 1000,
     "OUTBOX_RELAY_PACK_SIZE": 20,  # copies for one queue in one broker message, at most (RabbitMQ; 1: no packs)
+    "OUTBOX_PACK_TRANSACTION": True,  # a pack's envelopes share one transaction (False: one each)
     "OUTBOX_RELAY_LEASE_SECONDS": 30.0,
     "OUTBOX_RELAY_POLL_SECONDS": 1.0,
     "OUTBOX_RELAY_MAX_BACKOFF_SECONDS": 5.0,

@@ -40,6 +40,7 @@ class Subscription:
     versions: frozenset[int]
     compensation: bool = False
     ordered: bool = False
+    outside_effects: bool = False
 
     def read(self, payload: dict) -> Any:
         return self.reader.model_validate(payload) if self.reader else payload
@@ -62,6 +63,7 @@ def subscribe(
     versions: tuple[int, ...] = (1,),
     compensation: bool = False,
     ordered: bool = False,
+    outside_effects: bool = False,
 ):
     """Register the decorated function as `subscriber`'s handler for `event_type`.
 
@@ -70,7 +72,10 @@ def subscribe(
     (older ones are upcast to them first). A `compensation` that keeps failing is
     dead-lettered as `compensation_failed`, so operators see undone work apart from the rest.
     An `ordered` handler never sees an event older than one of its stream it already handled
-    (see `outbox.handling.ordering`).
+    (see `outbox.handling.ordering`). A handler with `outside_effects` does something the database
+    cannot take back (sends an e-mail, calls a gateway): its envelopes are never handled in a pack's
+    shared transaction, each is committed before the next starts, so no neighbour's failure can
+    roll its work back and have its effect happen again (see `outbox.handling.packs`).
     """
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
@@ -81,7 +86,14 @@ def subscribe(
         if known is not None and known.handler.__qualname__ != handler.__qualname__:
             raise ValueError(f"{subscriber} already handles {event_type} with {known.handler.__qualname__}")
         handlers[event_type] = Subscription(
-            subscriber, event_type, handler, reader, frozenset(versions), compensation=compensation, ordered=ordered
+            subscriber,
+            event_type,
+            handler,
+            reader,
+            frozenset(versions),
+            compensation=compensation,
+            ordered=ordered,
+            outside_effects=outside_effects,
         )
         return handler
 

@@ -12,7 +12,9 @@ acknowledged and forgotten.
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -57,6 +59,18 @@ class WorkRolledBack(RuntimeError):
     acknowledged as processed."""
 
 
+class FailedInSharedTransaction(Exception):
+    """A handler failed in a pack's shared transaction, where its work has no savepoint of its own
+    (Django's savepoint, measured, cost a message more CPU than a transaction of its own): the
+    whole transaction is to be rolled back, and the pack's envelopes handled again without this
+    one's handler, whose `error` then takes the path it would have taken alone
+    (`outbox.handling.packs`)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 def rolled_back(connection) -> bool:
     """Whether committing now would keep nothing: Django marked the transaction for rollback (the
     ORM's save(), the kernel's statements and `atomic()` do when they fail), or PostgreSQL aborted it
@@ -82,20 +96,40 @@ def dispatch(*, subscriber: str, body: Any) -> bool:
     return dispatch_for_outcome(subscriber=subscriber, body=body) == "processed"
 
 
-def dispatch_for_outcome(*, subscriber: str, body: Any) -> str:
+def dispatch_for_outcome(
+    *,
+    subscriber: str,
+    body: Any,
+    reports: list[Callable[[], None]] | None = None,
+    shared: bool = False,
+    failed: BaseException | None = None,
+) -> str:
     """What `dispatch` does, saying what came of it: processed, duplicate, stale or dead_lettered.
     A test handing one message to one subscriber (`outbox.testing.deliver`) reports it, where a
-    worker needs only to know whether the handler ran. Raises what is to be retried."""
+    worker needs only to know whether the handler ran. Raises what is to be retried.
+
+    For a pack's shared transaction (`outbox.handling.packs`): given `reports`, the outcome is left
+    there to be counted and logged once that transaction commits, never for work rolled back with
+    it; `shared`, the handler's work joins the caller's transaction without a savepoint, and any
+    failure of it raises FailedInSharedTransaction; `failed`, the handler is not run again, and the
+    error it raised in a transaction since rolled back takes the path it would have taken alone."""
     started, outcome = time.perf_counter(), "retried"
     event_type = _field(body, "type")
     try:
-        outcome = _dispatch(subscriber, body)
+        outcome = _dispatch(subscriber, body, shared, failed)
         return outcome
     finally:
-        seconds = time.perf_counter() - started
-        HANDLED.labels(subscriber, event_type, outcome).inc()
-        HANDLER_SECONDS.labels(subscriber, event_type).observe(seconds)
-        _log_handled(subscriber, body, event_type, outcome, seconds)
+        report = partial(_report, subscriber, body, event_type, outcome, time.perf_counter() - started)
+        if reports is None:
+            report()
+        else:
+            reports.append(report)
+
+
+def _report(subscriber: str, body: Any, event_type: str, outcome: str, seconds: float) -> None:
+    HANDLED.labels(subscriber, event_type, outcome).inc()
+    HANDLER_SECONDS.labels(subscriber, event_type).observe(seconds)
+    _log_handled(subscriber, body, event_type, outcome, seconds)
 
 
 def _log_handled(subscriber: str, body: Any, event_type: str, outcome: str, seconds: float) -> None:
@@ -130,7 +164,7 @@ def _field(body: Any, name: str) -> str:
     return str(body.get(name, "?"))[:100] if isinstance(body, dict) else "?"
 
 
-def _dispatch(subscriber: str, body: Any) -> str:
+def _dispatch(subscriber: str, body: Any, shared: bool = False, failed: BaseException | None = None) -> str:
     """The outcome: processed, duplicate, stale or dead_lettered; raises to be retried (counted as retried)."""
     try:
         envelope = Envelope.model_validate(body)
@@ -140,7 +174,7 @@ def _dispatch(subscriber: str, body: Any) -> str:
 
     with log_context.about(subscriber, envelope):
         if not tracing.active():
-            return _dispatch_envelope(subscriber, body, envelope)
+            return _dispatch_envelope(subscriber, body, envelope, shared, failed)
         attributes = {
             "subscriber": subscriber,
             "message_id": str(envelope.message_id),
@@ -148,18 +182,29 @@ def _dispatch(subscriber: str, body: Any) -> str:
         }
         name = f"handle {envelope.type}"
         with tracing.following(envelope.trace_context(), name, kind=SpanKind.CONSUMER, attributes=attributes) as span:
-            outcome = _dispatch_envelope(subscriber, body, envelope)
+            outcome = _dispatch_envelope(subscriber, body, envelope, shared, failed)
             span.set_attribute("outcome", outcome)
             return outcome
 
 
-def _dispatch_envelope(subscriber: str, body: Any, envelope: Envelope) -> str:
+def _dispatch_envelope(
+    subscriber: str, body: Any, envelope: Envelope, shared: bool, failed: BaseException | None
+) -> str:
     sub = subscription(subscriber, envelope.type)
     try:
+        if failed is not None:
+            raise failed  # as if its handler had failed just now
         _refuse_unacceptable(sub, subscriber, envelope)
         payload = _read(sub, envelope)
         with within_limits(subscriber):
-            return _handle_once(sub, envelope, payload)
+            if not shared:
+                return _handle_once(sub, envelope, payload)
+            try:
+                return _handle_once(sub, envelope, payload, savepoint=False)
+            except (Exception, TimeLimitExceeded) as error:
+                raise FailedInSharedTransaction(error) from error
+    except FailedInSharedTransaction:
+        raise
     except Rejected as error:
         _give_up(subscriber, body, envelope, error.reason, error)
         return "dead_lettered"
@@ -238,8 +283,8 @@ def _read(sub: Subscription, envelope: Envelope) -> Any:
         raise Rejected(Reason.INVALID_PAYLOAD, str(error)) from error
 
 
-def _handle_once(sub: Subscription, envelope: Envelope, payload: Any) -> str:
-    with transaction.atomic():
+def _handle_once(sub: Subscription, envelope: Envelope, payload: Any, *, savepoint: bool = True) -> str:
+    with transaction.atomic(savepoint=savepoint):
         first, dead_lettered = _first_receipt(sub.subscriber, envelope)
         if not first:
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(

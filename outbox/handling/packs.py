@@ -4,12 +4,19 @@ The relay packs the copies it claimed together for one queue (`outbox.relaying.p
 broker's hand-over and acknowledgement, Dramatiq's consumer and middleware and the pool's hand-out
 are paid once a pack instead of once a copy (docs/performance.md has what that saves).
 
-Each envelope is dispatched on its own, exactly as if it had come alone: its own transaction, inbox
-row, dead letter, metrics and log line. A pack is only ever each envelope's first attempt. One that
-fails, to be retried, leaves the pack: it is enqueued again as a message of its own, with the
-retry Dramatiq's Retries middleware would have given it (`retries` counted, the same backoff), and
-takes the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is
-acknowledged once every envelope is processed, set aside or enqueued alone.
+Each envelope is dispatched on its own, as if it had come alone: its own inbox row, dead letter,
+metrics and log line. The envelopes share one transaction (OUTBOX_PACK_TRANSACTION), so a pack pays
+one BEGIN and COMMIT, not one an envelope, save an envelope whose handler has `outside_effects`:
+it is committed alone before the next one starts, so that no neighbour's failure can roll it back
+and have its effect happen again. The shared transaction has no savepoints (Django's cost more CPU
+than a transaction of their own): should a handler fail, the transaction is rolled back and the
+envelopes handled again in a new one, that handler not run again but its error taken where it
+would have gone alone; outcomes are counted and logged once committed. A pack is only ever each
+envelope's first attempt. One that fails, to be retried, leaves the pack: it is enqueued again, once
+the pack's transaction commits, as a message of its own, with the retry Dramatiq's Retries
+middleware would have given it (`retries` counted, the same backoff), and takes the ordinary path
+from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is acknowledged once every envelope
+is processed, set aside or enqueued alone.
 
 Each envelope has Dramatiq's time limit to itself, as it would alone: the TimeLimit middleware arms
 one deadline a message, which a pack of slow handlers would share. So that a pack still ends within
@@ -31,55 +38,156 @@ again.
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
+from django.conf import settings
+from django.db import transaction
 from dramatiq import Retry
 from dramatiq.common import compute_backoff
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name
-from outbox.handling.dispatch import dispatch
+from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name, subscription
+from outbox.handling.dispatch import FailedInSharedTransaction, WorkRolledBack, dispatch_for_outcome, rolled_back
 
 logger = logging.getLogger(__name__)
 
 
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
-    """Dispatch each envelope of a pack as if it had come alone; one to be retried is enqueued alone."""
+    """Dispatch each envelope of a pack as if it had come alone, those that may in one transaction;
+    one to be retried is enqueued alone once what the pack did is committed."""
     pack = CurrentMessage.get_current_message()
     if pack is not None and came_before(pack):
         _hand_on(broker, subscriber, bodies, pack)
         return
     limit = _time_limit(broker) if pack is not None else None  # in a worker's thread only
     limit_ms = _limit_ms(broker, pack, limit) if limit is not None else None
-    started, lost = time.monotonic(), None
-    for index, body in enumerate(bodies):
-        if limit_ms is not None and index and (time.monotonic() - started) * 1000 >= limit_ms:
-            _hand_on(broker, subscriber, bodies[index:], pack)  # the pack has used one limit
+    started, lost, position = time.monotonic(), None, 0
+    together = settings.OUTBOX_PACK_TRANSACTION
+    unpacked = _Unpacked(subscriber, bodies, pack, limit, limit_ms)
+
+    def out_of_time() -> bool:
+        return limit_ms is not None and (time.monotonic() - started) * 1000 >= limit_ms
+
+    while position < len(bodies):
+        if position and out_of_time():
+            _hand_on(broker, subscriber, bodies[position:], pack)  # the pack has used one limit
             break
-        alone = _alone(subscriber, body, pack)
-        token = CurrentMessage._MESSAGE.set(alone)  # what dispatch reads: this envelope's attempts and age
-        if limit is not None:
-            limit.manager.remove_timeout(threading.get_ident())
-            limit.manager.add_timeout(threading.get_ident(), limit_ms)
-        try:
-            dispatch(subscriber=subscriber, body=body)
-        except (Exception, TimeLimitExceeded) as error:
-            try:
-                _retry_alone(broker, alone, error)
-            except Exception as enqueue_failed:  # the broker refused it: the others still get their turn
-                logger.warning("%s could not enqueue %s alone: %s", subscriber, alone.message_id, enqueue_failed)
-                lost = enqueue_failed
-        finally:
-            CurrentMessage._MESSAGE.reset(token)
+        if together and unpacked.may_share(position):
+            position, owed, reports = _handle_together(unpacked, position, out_of_time)
+        else:  # in a transaction of its own, committed before the next envelope starts
+            owed, reports = [], []
+            unpacked.handle(position, owed, reports)
+            position += 1
+        for report in reports:  # committed: what came of each may now be said
+            report()
+        lost = _retry_each_alone(broker, subscriber, owed) or lost
     if lost is not None:
         # Dramatiq's Retries enqueues the pack again, to be unpacked. Should the broker refuse that too,
         # Dramatiq logs it and acknowledges the pack (Broker.emit_after swallows a middleware's error):
         # the envelope is then owed, with no inbox row and no letter, and the redelivery sweep
         # (outbox.relaying.sweep) sends it again after OUTBOX_SWEEP_GRACE_SECONDS, as a copy the broker lost.
         raise lost
+
+
+Owed = list[tuple[dramatiq.Message, BaseException]]
+
+
+def _handle_together(
+    unpacked: "_Unpacked", start: int, out_of_time: Callable[[], bool]
+) -> tuple[int, Owed, list[Callable[[], None]]]:
+    """Handle the envelopes from `start` that may share a transaction in one, and commit it: where
+    they ended, the retries owed and the outcomes to report. No savepoints: should a handler fail,
+    the transaction is rolled back and the same envelopes handled again in a new one, the failed
+    handler not run again but its error taken down the path it would have taken alone (its retry
+    owed, or its dead letter). Each time round one more handler is left out, so this ends."""
+    failed: dict[int, BaseException] = {}
+    while True:
+        owed: Owed = []
+        reports: list[Callable[[], None]] = []
+        position = start
+        try:
+            with transaction.atomic():
+                while True:
+                    try:
+                        unpacked.handle(position, owed, reports, shared=True, failed=failed.get(position))
+                    except FailedInSharedTransaction as failure:
+                        failed[position] = failure.error
+                        raise  # out of the atomic block: everything in it is rolled back
+                    position += 1
+                    if position == len(unpacked.bodies) or not unpacked.may_share(position) or out_of_time():
+                        break
+                if rolled_back(transaction.get_connection()):
+                    # Nothing outside a handler should fail and go on; should something have, the
+                    # pack fails, comes again and is unpacked.
+                    raise WorkRolledBack(f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler")
+        except FailedInSharedTransaction:
+            continue
+        return position, owed, reports
+
+
+class _Unpacked:
+    """A pack's envelopes, each dispatched as the message it would have been alone."""
+
+    def __init__(
+        self,
+        subscriber: str,
+        bodies: list[Any],
+        pack: dramatiq.Message | None,
+        limit: TimeLimit | None,
+        limit_ms: int | None,
+    ):
+        self.subscriber, self.bodies, self.pack, self.limit, self.limit_ms = subscriber, bodies, pack, limit, limit_ms
+
+    def may_share(self, position: int) -> bool:
+        """Whether the envelope may be handled in a shared transaction: anything but one whose handler
+        has outside effects (what is not an envelope, or has no handler, is only dead-lettered)."""
+        body = self.bodies[position]
+        event_type = body.get("type") if isinstance(body, dict) else None
+        sub = subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
+        return sub is None or not sub.outside_effects
+
+    def handle(
+        self,
+        position: int,
+        owed: Owed,
+        reports: list[Callable[[], None]],
+        *,
+        shared: bool = False,
+        failed: BaseException | None = None,
+    ) -> None:
+        """Dispatch one envelope with the time limit to itself; one that fails is owed a retry alone,
+        enqueued once what the pack did is committed. FailedInSharedTransaction goes to the caller."""
+        alone = _alone(self.subscriber, self.bodies[position], self.pack)
+        token = CurrentMessage._MESSAGE.set(alone)  # what dispatch reads: this envelope's attempts and age
+        if self.limit is not None:
+            self.limit.manager.remove_timeout(threading.get_ident())
+            self.limit.manager.add_timeout(threading.get_ident(), self.limit_ms)
+        try:
+            dispatch_for_outcome(
+                subscriber=self.subscriber, body=self.bodies[position], reports=reports, shared=shared, failed=failed
+            )
+        except FailedInSharedTransaction:
+            raise
+        except (Exception, TimeLimitExceeded) as error:
+            owed.append((alone, error))
+        finally:
+            CurrentMessage._MESSAGE.reset(token)
+
+
+def _retry_each_alone(broker: dramatiq.Broker, subscriber: str, owed: Owed) -> BaseException | None:
+    """Enqueue each failed envelope alone; what the broker refused, for the pack to fail on at its end."""
+    lost = None
+    for alone, error in owed:
+        try:
+            _retry_alone(broker, alone, error)
+        except Exception as enqueue_failed:  # the broker refused it: the others still get their turn
+            logger.warning("%s could not enqueue %s alone: %s", subscriber, alone.message_id, enqueue_failed)
+            lost = enqueue_failed
+    return lost
 
 
 def _hand_on(broker: dramatiq.Broker, subscriber: str, bodies: list[Any], pack: dramatiq.Message) -> None:

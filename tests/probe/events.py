@@ -21,3 +21,18 @@ class ProbeUndoRequested(Event):
     version = 1
     n: int
     fail: dict[str, str] = {}
+
+
+class ProbeSent(Event):
+    """Something a handler sends out of the database: once to a subscriber with outside effects
+    declared, and once to one that (carelessly) declares none."""
+
+    type = "probe.sent"
+    version = 1
+    n: int
+
+
+class ProbeSentCarelessly(Event):
+    type = "probe.sent_carelessly"
+    version = 1
+    n: int

@@ -1,4 +1,6 @@
 import threading
+from collections import Counter
+from uuid import UUID
 
 from django.db import IntegrityError
 from dramatiq.middleware import CurrentMessage
@@ -9,7 +11,9 @@ from outbox.core.subscriptions import Received, subscribe
 from tests.probe.models import Outage
 from tests.probe.services import (
     Exploded,
+    current_transaction,
     insert_a_key_already_there,
+    lose_the_connection,
     record_effect,
     refuse_inside_a_service,
     run_a_statement_that_fails,
@@ -30,6 +34,16 @@ class Echoed(Reader):
 class Misbehaving(Exception):
     pass
 
+
+# What probe_b sent out of the database, by n: a rollback does not take it back.
+sent_outside: Counter[int] = Counter()
+# How many times probe_a's handler ran for each message, whatever became of its work.
+runs: Counter[str] = Counter()
+# The transaction (PostgreSQL's top-level id, whatever savepoint it ran in) each message's handler
+# ran in, for the pings told to "tell_transaction".
+transaction_of: dict[str, str] = {}
+# The pings whose handler ended its own session, once each.
+_lost_once: set[UUID] = set()
 
 # How many "slow" handlers ran at once in this process (the limits test reads it).
 _running, running_high_water, _running_lock = [0], [0], threading.Lock()
@@ -61,6 +75,7 @@ def _misbehave(subscriber: str, mode: str | None) -> None:
 
 @subscribe("probe_a", "probe.pinged", reader=Pinged)
 def a_on_pinged(message: Received[Pinged]) -> None:
+    runs[str(message.envelope.message_id)] += 1
     mode = message.payload.fail.get("probe_a")
     if mode == "swallow":
         try:
@@ -72,6 +87,8 @@ def a_on_pinged(message: Received[Pinged]) -> None:
             SWALLOWED_STATEMENTS[mode](n=message.payload.n)
         except IntegrityError:
             return  # the same trap, with a statement written by hand that the database refused
+    if mode == "tell_transaction":
+        transaction_of[str(message.envelope.message_id)] = current_transaction()
     _misbehave("probe_a", message.payload.fail.get("probe_a"))
     record_effect(
         subscriber="probe_a",
@@ -84,6 +101,9 @@ def a_on_pinged(message: Received[Pinged]) -> None:
 
 @subscribe("probe_b", "probe.pinged", reader=Pinged)
 def b_on_pinged(message: Received[Pinged]) -> None:
+    if message.payload.fail.get("probe_b") == "lose_connection_once" and message.envelope.message_id not in _lost_once:
+        _lost_once.add(message.envelope.message_id)
+        lose_the_connection()
     _misbehave("probe_b", message.payload.fail.get("probe_b"))
     record_effect(
         subscriber="probe_b",
@@ -112,3 +132,18 @@ def a_undo(message: Received[Pinged]) -> None:
     record_effect(
         subscriber="probe_a", message_id=message.envelope.message_id, type=message.envelope.type, n=message.payload.n
     )
+
+
+class Sent(Reader):
+    n: int
+
+
+@subscribe("probe_b", "probe.sent", reader=Sent, outside_effects=True)
+def b_on_sent(message: Received[Sent]) -> None:
+    sent_outside[message.payload.n] += 1
+
+
+@subscribe("probe_b", "probe.sent_carelessly", reader=Sent)
+def b_on_sent_carelessly(message: Received[Sent]) -> None:
+    """The same, its outside effect not declared: a neighbour's failure can have it sent again."""
+    sent_outside[message.payload.n] += 1

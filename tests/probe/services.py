@@ -5,7 +5,7 @@ from django.db import connection, transaction
 from outbox.core.publishing import atomic as outbox_atomic
 from outbox.core.publishing import publish
 from outbox.core.saving import insert_row
-from tests.probe.events import ProbeEchoed, ProbePinged, ProbeUndoRequested
+from tests.probe.events import ProbeEchoed, ProbePinged, ProbeSent, ProbeSentCarelessly, ProbeUndoRequested
 from tests.probe.models import Effect, Ping
 
 
@@ -63,3 +63,22 @@ def run_a_statement_that_fails(*, n: int) -> None:
 def request_undo(*, n: int, fail: dict[str, str] | None = None) -> None:
     with transaction.atomic():
         publish(ProbeUndoRequested(n=n, fail=fail or {}), stream=f"undo:{n}")
+
+
+def send(*, n: int, carelessly: bool = False) -> None:
+    """Publish something probe_b sends out of the database (`tests.probe.handlers.sent_outside`)."""
+    with transaction.atomic():
+        publish(ProbeSentCarelessly(n=n) if carelessly else ProbeSent(n=n), stream=f"send:{n}")
+
+
+def lose_the_connection() -> None:
+    """PostgreSQL ends this session: the transaction and everything in it are gone."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+def current_transaction() -> str:
+    """PostgreSQL's id of the top-level transaction this runs in, from inside any savepoint."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT txid_current()::text")
+        return cursor.fetchone()[0]

@@ -1,0 +1,118 @@
+"""A pack in one transaction: its envelopes share one BEGIN and COMMIT; one whose handler fails
+is rolled back and takes the path it would have taken alone, and its neighbours commit without it
+(outbox.handling.packs).
+
+Which transaction a handler ran in is PostgreSQL's to say: the probe's handler, told to, reads
+`txid_current()`."""
+
+import logging
+
+import pytest
+from django.conf import settings
+
+from outbox.core.subscriptions import message_to, pack_of
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from tests.outbox.test_packs import envelopes
+from tests.probe import handlers as probe
+from tests.probe.models import Effect, Ping
+from tests.probe.services import send
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+TELL = {"probe_a": "tell_transaction"}
+
+
+def transactions(sent: list[dict]) -> list[str | None]:
+    """The transaction each envelope's handler last ran in, in their order."""
+    return [probe.transaction_of.get(envelope["message_id"]) for envelope in sent]
+
+
+@pytest.mark.postgres
+def test_the_envelopes_of_a_pack_are_committed_in_one_transaction(worker, broker):
+    sent = envelopes(4, fail=TELL)
+    broker.enqueue(pack_of([message_to("probe_a", envelope) for envelope in sent]))
+
+    wait_until(lambda: Effect.objects.count() == 4, what="the pack's four envelopes to take effect")
+    assert len(set(transactions(sent))) == 1 and None not in transactions(sent)
+
+
+@pytest.mark.postgres
+def test_with_pack_transactions_turned_off_each_envelope_has_a_transaction_of_its_own(worker, broker, settings):
+    settings.OUTBOX_PACK_TRANSACTION = False
+    sent = envelopes(3, fail=TELL)
+    broker.enqueue(pack_of([message_to("probe_a", envelope) for envelope in sent]))
+
+    wait_until(lambda: Effect.objects.count() == 3, what="the pack's three envelopes to take effect")
+    assert len(set(transactions(sent))) == 3
+
+
+@pytest.mark.postgres
+def test_an_envelope_that_fails_in_a_pack_is_rolled_back_alone_and_its_neighbours_commit_together(
+    worker, broker, settings
+):
+    """Its handler wrote a row, then caught a statement the database refused: the row is rolled back,
+    its dead letter (no retries left) is kept, and the two around it commit with the letter."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    first, refused, last = (
+        envelopes(1, fail=TELL),
+        envelopes(1, fail={"probe_a": "swallow_sql"}),
+        envelopes(1, fail=TELL),
+    )
+    pings_before = Ping.objects.count()
+    broker.enqueue(pack_of([message_to("probe_a", envelope) for envelope in [*first, *refused, *last]]))
+
+    letter = wait_until(lambda: DeadLetter.objects.first(), what="the refused envelope's dead letter")
+    assert (str(letter.message_id), letter.reason) == (refused[0]["message_id"], "handler_error")
+    assert "rolled its transaction back" in letter.error  # WorkRolledBack's
+    wait_until(lambda: Effect.objects.count() == 2, what="its neighbours to take effect")
+    assert Ping.objects.count() == pings_before  # the refused handler's own write was rolled back
+    assert not InboxMessage.objects.filter(message_id=refused[0]["message_id"]).exists()
+    assert len(set(transactions([*first, *last]))) == 1
+    # The transaction was rolled back at the refusal and the pack handled again without that handler:
+    # the envelope before it ran twice, the refused one and the one after it once.
+    assert [probe.runs[e["message_id"]] for e in [*first, *refused, *last]] == [2, 1, 1]
+
+
+def test_an_envelope_twice_in_one_pack_takes_effect_once(worker, broker):
+    twice, other = envelopes(2)
+    broker.enqueue(pack_of([message_to("probe_a", envelope) for envelope in [twice, other, twice]]))
+
+    wait_until(
+        lambda: InboxMessage.objects.filter(message_id=twice["message_id"], duplicates=1).exists(),
+        what="the second copy to be skipped as a duplicate",
+    )
+    assert sorted(Effect.objects.values_list("n", flat=True)) == [0, 1]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("carelessly", "times_sent"),
+    [(False, 1), (True, 2)],
+    ids=["outside effects declared: sent once", "not declared: sent again"],
+)
+def test_a_neighbour_that_loses_the_packs_transaction_never_has_a_declared_outside_effect_repeated(
+    worker, broker, caplog, carelessly, times_sent
+):
+    """probe_b sends something out of the database, then its neighbour in the pack has the database
+    end the session: the shared transaction is gone, and the pack's envelopes are handled again in a
+    new one. A handler declared with `outside_effects` was committed alone before the neighbour
+    began, and is not run again; one not declared was rolled back with the rest, and sends again
+    (why the option exists). Either way what was rolled back was never logged as processed."""
+    n = 1_000 + carelessly
+    send(n=n, carelessly=carelessly)
+    sending = OutboxMessage.objects.get(stream=f"send:{n}").envelope()
+    breaking = envelopes(1, fail={"probe_b": "lose_connection_once"})[0]
+    caplog.set_level(logging.INFO, logger="outbox.handling.dispatch")
+    broker.enqueue(pack_of([message_to("probe_b", envelope) for envelope in [sending, breaking]]))
+
+    wait_until(
+        lambda: InboxMessage.objects.filter(subscriber="probe_b").count() == 2,
+        timeout=30,
+        what="both envelopes to be processed, the one that lost the connection retried alone",
+    )
+    assert probe.sent_outside[n] == times_sent
+    processed = [r for r in caplog.records if getattr(r, "outcome", "") == "processed"]
+    assert sorted(r.message_id for r in processed) == sorted([sending["message_id"], breaking["message_id"]])
+    assert settings.OUTBOX_PACK_TRANSACTION  # the default: the repeat above is the shared transaction's
