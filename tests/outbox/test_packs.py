@@ -25,6 +25,7 @@ from outbox.relaying.publishers import PipelinedPublisher
 from outbox.relaying.relay import Relay
 from outbox.relaying.sweep import sweep_unacknowledged
 from tests.outbox.relaying import effects_per_message
+from tests.probe import handlers as probe
 from tests.probe.models import Effect
 from tests.probe.services import ping
 from tests.waiting import wait_until
@@ -490,6 +491,8 @@ def test_a_stuck_envelope_in_a_pack_is_cut_off_at_the_packs_own_time_limit(worke
     wait_until(lambda: Effect.objects.count() == 2, timeout=60, what="both envelopes to take effect")
     retried = [m.options.get("retries") for m, delay in watched.alone(stuck["message_id"]) if delay is not None]
     assert retried == [1]  # cut off in the pack, and retried alone (under the actor's limit, it is not cut again)
+    # Run once in the pack (cut off; the pack's transaction was then handled again without it) and once alone.
+    assert probe.runs[stuck["message_id"]] == 2
 
 
 def test_a_time_limit_that_fires_between_two_envelopes_has_the_pack_retried_and_unpacked(worker, broker, enqueues):
