@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max, Min
 
 from deliveries.customers import create_customer
@@ -137,6 +138,7 @@ class EndToEnd:
     seconds: float  # first request accepted to last delivery terminal
     handler_runs: int  # inbox rows: handler executions that committed
     copies_per_pack: float  # copies bound for one queue in one relay claim, per such group (see packable_copies)
+    transactions: int  # committed in the database meanwhile, by every process (pg_stat_database.xact_commit)
     worker_rss: list[tuple[int, float]]  # (inbox rows so far, MB of all worker processes)
     cpu: dict[str, float]  # CPU seconds by kind of process, first request to last delivery terminal
 
@@ -173,6 +175,7 @@ def end_to_end(
             }
         )
         meter.start()
+        commits_before = committed_transactions()
         ids = simulation.submit(api, customer_requests(deliveries), concurrency=8, rate=0, progress=lambda done: None)
         mine = Delivery.objects.filter(id__in=ids)
         deadline = time.monotonic() + 600
@@ -183,6 +186,7 @@ def end_to_end(
                 raise RuntimeError("deliveries still not terminal 600 s after the last request")
             time.sleep(0.5)
         cpu = meter.stop()
+        transactions = committed_transactions() - commits_before
         rss.append((InboxMessage.objects.count(), process_cpu.resident_megabytes(processes[-1].pid)))
     span = mine.aggregate(first=Min("created_at"), last=Max("updated_at"))
     return EndToEnd(
@@ -191,9 +195,19 @@ def end_to_end(
         seconds=(span["last"] - span["first"]).total_seconds(),
         handler_runs=InboxMessage.objects.count(),
         copies_per_pack=packable_copies(ids),
+        transactions=transactions,
         worker_rss=rss,
         cpu=cpu,
     )
+
+
+def committed_transactions() -> int:
+    """Transactions this database has committed, every process's: its statistics are flushed about
+    once a second, so read after a second's pause (each read, in autocommit, is one more)."""
+    time.sleep(1.1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
 
 
 def packable_copies(correlation_ids: list) -> float:

@@ -52,6 +52,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name, subscription
 from outbox.handling.dispatch import FailedInSharedTransaction, WorkRolledBack, dispatch_for_outcome, rolled_back
+from outbox.observability.metrics import PACKS_REDONE
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,15 @@ def _handle_together(
                         unpacked.handle(position, owed, reports, shared=True, failed=failed.get(position))
                     except FailedInSharedTransaction as failure:
                         failed[position] = failure.error
+                        PACKS_REDONE.labels(unpacked.subscriber).inc()
+                        logger.info(
+                            "%s rolls its pack back and handles it again without envelope %d of %d, whose handler "
+                            "failed: %s",
+                            unpacked.subscriber,
+                            position + 1,
+                            len(unpacked.bodies),
+                            failure,
+                        )
                         raise  # out of the atomic block: everything in it is rolled back
                     position += 1
                     if position == len(unpacked.bodies) or not unpacked.may_share(position) or out_of_time():

@@ -43,6 +43,11 @@ NOTIFY_UNHEARD = Gauge(
     "(behind a transaction pooler without OUTBOX_LISTEN_CONNECTION): it wakes only by polling",
     multiprocess_mode="max",
 )
+PACKS_REDONE = Counter(
+    "outbox_pack_transactions_redone",
+    "A pack's shared transaction rolled back at a failed handler, and its envelopes handled again without it",
+    ["subscriber"],
+)
 HANDLER_SECONDS = Histogram(
     "outbox_handler_seconds",
     "Time from taking a message to its outcome (inbox check, handler and commit), by subscriber and event type",

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 from django.conf import settings
+from prometheus_client import REGISTRY
 
 from outbox.core.subscriptions import message_to, pack_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
@@ -55,6 +56,7 @@ def test_an_envelope_that_fails_in_a_pack_is_rolled_back_alone_and_its_neighbour
     """Its handler wrote a row, then caught a statement the database refused: the row is rolled back,
     its dead letter (no retries left) is kept, and the two around it commit with the letter."""
     settings.OUTBOX_MAX_RETRIES = 0
+    redone = REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
     first, refused, last = (
         envelopes(1, fail=TELL),
         envelopes(1, fail={"probe_a": "swallow_sql"}),
@@ -73,6 +75,7 @@ def test_an_envelope_that_fails_in_a_pack_is_rolled_back_alone_and_its_neighbour
     # The transaction was rolled back at the refusal and the pack handled again without that handler:
     # the envelope before it ran twice, the refused one and the one after it once.
     assert [probe.runs[e["message_id"]] for e in [*first, *refused, *last]] == [2, 1, 1]
+    assert REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) == redone + 1
 
 
 def test_an_envelope_twice_in_one_pack_takes_effect_once(worker, broker):

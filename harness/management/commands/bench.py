@@ -261,6 +261,7 @@ class Command(BaseCommand):
             ),
             "handler_runs": bench.Figure("handler executions per delivery", "runs"),
             "copies_per_pack": bench.Figure("copies for one queue per relay claim (a pack)", "copies"),
+            "transactions": bench.Figure("transactions committed per delivery, every process", "transactions"),
             # Judged in /healthz units (issue 32) when the API was measured in the same run.
             "cpu_per_delivery": bench.Figure("CPU per delivery, every process together", "ms", reference="healthz_cpu"),
             "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
@@ -271,6 +272,7 @@ class Command(BaseCommand):
             figures["end_to_end"].values.append(result.delivered_per_second)
             figures["handler_runs"].values.append(result.handler_runs / result.requested)
             figures["copies_per_pack"].values.append(result.copies_per_pack)
+            figures["transactions"].values.append(result.transactions / result.requested)
             figures["commit_ceiling"].values.append(commits / figures["handler_runs"].values[-1])
             figures["commit_ceiling"].note = f"last run: {commits:,.0f} one-row commits/s"
             delivered = max(result.delivered, 1)
