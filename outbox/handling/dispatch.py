@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.db import DataError, connection, transaction
@@ -103,6 +104,7 @@ def dispatch_for_outcome(
     reports: list[Callable[[], None]] | None = None,
     shared: bool = False,
     failed: BaseException | None = None,
+    receipt: tuple[bool, bool] | None = None,
 ) -> str:
     """What `dispatch` does, saying what came of it: processed, duplicate, stale or dead_lettered.
     A test handing one message to one subscriber (`outbox.testing.deliver`) reports it, where a
@@ -112,11 +114,13 @@ def dispatch_for_outcome(
     there to be counted and logged once that transaction commits, never for work rolled back with
     it; `shared`, the handler's work joins the caller's transaction without a savepoint, and any
     failure of it raises FailedInSharedTransaction; `failed`, the handler is not run again, and the
-    error it raised in a transaction since rolled back takes the path it would have taken alone."""
+    error it raised in a transaction since rolled back takes the path it would have taken alone;
+    `receipt`, its inbox row was written with the pack's (`receive_together`), and whatever keeps
+    the handler from running raises FailedInSharedTransaction, for the row to go."""
     started, outcome = time.perf_counter(), "retried"
     event_type = _field(body, "type")
     try:
-        outcome = _dispatch(subscriber, body, shared, failed)
+        outcome = _dispatch(subscriber, body, shared, failed, receipt)
         return outcome
     finally:
         report = partial(_report, subscriber, body, event_type, outcome, time.perf_counter() - started)
@@ -164,7 +168,13 @@ def _field(body: Any, name: str) -> str:
     return str(body.get(name, "?"))[:100] if isinstance(body, dict) else "?"
 
 
-def _dispatch(subscriber: str, body: Any, shared: bool = False, failed: BaseException | None = None) -> str:
+def _dispatch(
+    subscriber: str,
+    body: Any,
+    shared: bool = False,
+    failed: BaseException | None = None,
+    receipt: tuple[bool, bool] | None = None,
+) -> str:
     """The outcome: processed, duplicate, stale or dead_lettered; raises to be retried (counted as retried)."""
     try:
         envelope = Envelope.model_validate(body)
@@ -174,7 +184,7 @@ def _dispatch(subscriber: str, body: Any, shared: bool = False, failed: BaseExce
 
     with log_context.about(subscriber, envelope):
         if not tracing.active():
-            return _dispatch_envelope(subscriber, body, envelope, shared, failed)
+            return _dispatch_envelope(subscriber, body, envelope, shared, failed, receipt)
         attributes = {
             "subscriber": subscriber,
             "message_id": str(envelope.message_id),
@@ -182,13 +192,18 @@ def _dispatch(subscriber: str, body: Any, shared: bool = False, failed: BaseExce
         }
         name = f"handle {envelope.type}"
         with tracing.following(envelope.trace_context(), name, kind=SpanKind.CONSUMER, attributes=attributes) as span:
-            outcome = _dispatch_envelope(subscriber, body, envelope, shared, failed)
+            outcome = _dispatch_envelope(subscriber, body, envelope, shared, failed, receipt)
             span.set_attribute("outcome", outcome)
             return outcome
 
 
 def _dispatch_envelope(
-    subscriber: str, body: Any, envelope: Envelope, shared: bool, failed: BaseException | None
+    subscriber: str,
+    body: Any,
+    envelope: Envelope,
+    shared: bool,
+    failed: BaseException | None,
+    receipt: tuple[bool, bool] | None,
 ) -> str:
     sub = subscription(subscriber, envelope.type)
     try:
@@ -200,17 +215,20 @@ def _dispatch_envelope(
             if not shared:
                 return _handle_once(sub, envelope, payload)
             try:
-                return _handle_once(sub, envelope, payload, savepoint=False)
+                return _handle_once(sub, envelope, payload, savepoint=False, receipt=receipt)
             except (Exception, TimeLimitExceeded) as error:
                 raise FailedInSharedTransaction(error) from error
     except FailedInSharedTransaction:
         raise
     except Rejected as error:
+        _not_with_a_receipt(receipt, error)
         _give_up(subscriber, body, envelope, error.reason, error)
         return "dead_lettered"
-    except RateLimitExceeded:
+    except RateLimitExceeded as error:
+        _not_with_a_receipt(receipt, error)
         _put_back_without_spending_a_retry()
     except (Exception, TimeLimitExceeded) as error:
+        _not_with_a_receipt(receipt, error)
         if isinstance(error, DataError) and sub is not None and not sub.compensation:
             _give_up(subscriber, body, envelope, Reason.UNPROCESSABLE, error)
             return "dead_lettered"
@@ -227,6 +245,14 @@ def _dispatch_envelope(
             )
             return "dead_lettered"
         raise  # Dramatiq's Retries middleware re-enqueues it with backoff
+
+
+def _not_with_a_receipt(receipt: tuple[bool, bool] | None, error: BaseException) -> None:
+    """An envelope kept from its handler whose inbox row was written with its pack's: the row must
+    not stay, so the pack's transaction is handled again without this envelope, whose error then
+    takes its path (`outbox.handling.packs`)."""
+    if receipt is not None and receipt[0]:
+        raise FailedInSharedTransaction(error) from error
 
 
 # The database refusing a value (out of range, a NUL in text) or failing to read a stored one back
@@ -283,9 +309,16 @@ def _read(sub: Subscription, envelope: Envelope) -> Any:
         raise Rejected(Reason.INVALID_PAYLOAD, str(error)) from error
 
 
-def _handle_once(sub: Subscription, envelope: Envelope, payload: Any, *, savepoint: bool = True) -> str:
+def _handle_once(
+    sub: Subscription,
+    envelope: Envelope,
+    payload: Any,
+    *,
+    savepoint: bool = True,
+    receipt: tuple[bool, bool] | None = None,
+) -> str:
     with transaction.atomic(savepoint=savepoint):
-        first, dead_lettered = _first_receipt(sub.subscriber, envelope)
+        first, dead_lettered = receipt if receipt is not None else _first_receipt(sub.subscriber, envelope)
         if not first:
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
                 duplicates=F("duplicates") + 1
@@ -336,6 +369,64 @@ def _first_receipt(subscriber: str, envelope: Envelope) -> tuple[bool, bool]:
         )
         row = cursor.fetchone()
         return (False, False) if row is None else (True, bool(row[1]))
+
+
+def receive_together(subscriber: str, bodies: dict[int, Any]) -> dict[int, tuple[bool, bool]]:
+    """Record in the subscriber's inbox, in one statement, the envelopes of a pack (by position)
+    that are sure to reach their handler (a readable envelope it handles, in a version it reads,
+    within the hops and with no limits to wait for): for each, what `_first_receipt` would have
+    said. An envelope twice in the pack is first at its first position. The rows go in message id
+    order, so that two packs with copies of the same messages wait for each other, never deadlock."""
+    if subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
+        return {}
+    envelopes: dict[int, Envelope] = {}
+    for position, body in bodies.items():
+        try:
+            envelope = Envelope.model_validate(body)
+        except ValidationError:
+            continue
+        sub = subscription(subscriber, envelope.type)
+        if sub is not None and envelope.version in sub.versions and envelope.hops <= settings.OUTBOX_MAX_HOPS:
+            envelopes[position] = envelope
+    if not envelopes:
+        return {}
+    unique = sorted({e.message_id: e for e in envelopes.values()}.values(), key=lambda e: e.message_id)
+    inbox = connection.ops.quote_name(InboxMessage._meta.db_table)
+    letters = connection.ops.quote_name(DeadLetter._meta.db_table)
+    now = _time_field.get_db_prep_value(timezone.now(), connection)
+    rows, params = [], []
+    for envelope in unique:
+        rows.append("(%s, %s, %s, %s, %s, 0)")
+        params += [
+            subscriber,
+            _uuid_field.get_db_prep_value(envelope.message_id, connection),
+            envelope.type,
+            _uuid_field.get_db_prep_value(envelope.correlation_id, connection),
+            now,
+        ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {inbox} AS received (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
+            f"VALUES {', '.join(rows)} ON CONFLICT (subscriber, message_id) DO NOTHING "
+            f"RETURNING received.message_id, EXISTS (SELECT 1 FROM {letters} WHERE subscriber = received.subscriber "
+            "AND message_id = received.message_id AND status IN (%s, %s))",
+            [*params, *REPLAYABLE],
+        )
+        inserted = {str(message_id): bool(letter) for message_id, letter in cursor.fetchall()}
+    receipts, seen = {}, set()
+    for position, envelope in sorted(envelopes.items()):
+        key = str(envelope.message_id)
+        first = key in inserted and key not in seen
+        receipts[position] = (first, first and inserted[key])
+        seen.add(key)
+    return receipts
+
+
+def withdraw_receipts(subscriber: str, message_ids: list[UUID]) -> None:
+    """Take back inbox rows `receive_together` wrote for envelopes that are not handled after all
+    (what is left of a pack that has used its time limit, handed on alone)."""
+    if message_ids:
+        InboxMessage.objects.filter(subscriber=subscriber, message_id__in=message_ids).delete()
 
 
 _uuid_field = InboxMessage._meta.get_field("message_id")

@@ -6,7 +6,9 @@ are paid once a pack instead of once a copy (docs/performance.md has what that s
 
 Each envelope is dispatched on its own, as if it had come alone: its own inbox row, dead letter,
 metrics and log line. The envelopes share one transaction (OUTBOX_PACK_TRANSACTION), so a pack pays
-one BEGIN and COMMIT, not one an envelope, save an envelope whose handler has `outside_effects`:
+one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in one statement
+(`receive_together`: those sure to reach their handler), save an envelope whose handler has
+`outside_effects`:
 it is committed alone before the next one starts, so that no neighbour's failure can roll it back
 and have its effect happen again. The shared transaction has no savepoints (Django's cost more CPU
 than a transaction of their own): should a handler fail, the transaction is rolled back and the
@@ -51,7 +53,14 @@ from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name, subscription
-from outbox.handling.dispatch import FailedInSharedTransaction, WorkRolledBack, dispatch_for_outcome, rolled_back
+from outbox.handling.dispatch import (
+    FailedInSharedTransaction,
+    WorkRolledBack,
+    dispatch_for_outcome,
+    receive_together,
+    rolled_back,
+    withdraw_receipts,
+)
 from outbox.observability.metrics import PACKS_REDONE
 
 logger = logging.getLogger(__name__)
@@ -106,15 +115,28 @@ def _handle_together(
     handler not run again but its error taken down the path it would have taken alone (its retry
     owed, or its dead letter). Each time round one more handler is left out, so this ends."""
     failed: dict[int, BaseException] = {}
+    end = start + 1
+    while end < len(unpacked.bodies) and unpacked.may_share(end):
+        end += 1
     while True:
         owed: Owed = []
         reports: list[Callable[[], None]] = []
         position = start
         try:
             with transaction.atomic():
+                receipts = receive_together(
+                    unpacked.subscriber, {p: unpacked.bodies[p] for p in range(start, end) if p not in failed}
+                )
                 while True:
                     try:
-                        unpacked.handle(position, owed, reports, shared=True, failed=failed.get(position))
+                        unpacked.handle(
+                            position,
+                            owed,
+                            reports,
+                            shared=True,
+                            failed=failed.get(position),
+                            receipt=receipts.get(position),
+                        )
                     except FailedInSharedTransaction as failure:
                         failed[position] = failure.error
                         PACKS_REDONE.labels(unpacked.subscriber).inc()
@@ -128,8 +150,13 @@ def _handle_together(
                         )
                         raise  # out of the atomic block: everything in it is rolled back
                     position += 1
-                    if position == len(unpacked.bodies) or not unpacked.may_share(position) or out_of_time():
+                    if position == end or out_of_time():
                         break
+                # What is left of a pack that has used its time limit goes on alone: not received here.
+                withdraw_receipts(
+                    unpacked.subscriber,
+                    [unpacked.bodies[p]["message_id"] for p in range(position, end) if receipts.get(p, (False,))[0]],
+                )
                 if rolled_back(transaction.get_connection()):
                     # Nothing outside a handler should fail and go on; should something have, the
                     # pack fails, comes again and is unpacked.
@@ -168,6 +195,7 @@ class _Unpacked:
         *,
         shared: bool = False,
         failed: BaseException | None = None,
+        receipt: tuple[bool, bool] | None = None,
     ) -> None:
         """Dispatch one envelope with the time limit to itself; one that fails is owed a retry alone,
         enqueued once what the pack did is committed. FailedInSharedTransaction goes to the caller."""
@@ -178,7 +206,12 @@ class _Unpacked:
             self.limit.manager.add_timeout(threading.get_ident(), self.limit_ms)
         try:
             dispatch_for_outcome(
-                subscriber=self.subscriber, body=self.bodies[position], reports=reports, shared=shared, failed=failed
+                subscriber=self.subscriber,
+                body=self.bodies[position],
+                reports=reports,
+                shared=shared,
+                failed=failed,
+                receipt=receipt,
             )
         except FailedInSharedTransaction:
             raise

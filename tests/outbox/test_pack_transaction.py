@@ -9,9 +9,13 @@ import logging
 
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
+from outbox.core.dead_letters import record_dead_letter
 from outbox.core.subscriptions import message_to, pack_of
+from outbox.handling.packs import dispatch_pack
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from tests.outbox.test_packs import envelopes
 from tests.probe import handlers as probe
@@ -119,3 +123,43 @@ def test_a_neighbour_that_loses_the_packs_transaction_never_has_a_declared_outsi
     processed = [r for r in caplog.records if getattr(r, "outcome", "") == "processed"]
     assert sorted(r.message_id for r in processed) == sorted([sending["message_id"], breaking["message_id"]])
     assert settings.OUTBOX_PACK_TRANSACTION  # the default: the repeat above is the shared transaction's
+
+
+@pytest.mark.postgres
+def test_the_inbox_rows_of_a_pack_are_written_in_one_statement(transactional_db, broker):
+    """Outside a worker (no time limit), each envelope would otherwise write its own row."""
+    sent = envelopes(4)
+    inbox = InboxMessage._meta.db_table
+
+    with CaptureQueriesContext(connection) as statements:
+        dispatch_pack(subscriber="probe_a", bodies=sent, broker=broker)
+
+    assert sum(f'INSERT INTO "{inbox}"' in q["sql"] for q in statements.captured_queries) == 1
+    assert InboxMessage.objects.filter(subscriber="probe_a", duplicates=0).count() == Effect.objects.count() == 4
+
+
+@pytest.mark.postgres
+def test_an_envelope_refused_after_its_inbox_row_was_written_with_the_packs_keeps_no_row(transactional_db, broker):
+    """Its payload does not fit its handler's reader: a dead letter, no inbox row (which would
+    have said it was processed), and its neighbours processed."""
+    first, refused, last = envelopes(3)
+    refused = {**refused, "payload": {"n": "not a number"}}
+
+    dispatch_pack(subscriber="probe_a", bodies=[first, refused, last], broker=broker)
+
+    letter = DeadLetter.objects.get()
+    assert (str(letter.message_id), letter.reason) == (refused["message_id"], "invalid_payload")
+    assert not InboxMessage.objects.filter(message_id=refused["message_id"]).exists()
+    assert sorted(Effect.objects.values_list("n", flat=True)) == [0, 2]
+
+
+@pytest.mark.postgres
+def test_a_replayed_letter_of_an_envelope_processed_in_a_pack_is_closed(transactional_db, broker):
+    replayed, other = envelopes(2)
+    record_dead_letter(subscriber="probe_a", body=replayed, reason="handler_error", error=RuntimeError("earlier"))
+    DeadLetter.objects.update(status=DeadLetter.Status.REPLAYED)
+
+    dispatch_pack(subscriber="probe_a", bodies=[other, replayed], broker=broker)
+
+    assert DeadLetter.objects.get().status == DeadLetter.Status.PROCESSED
+    assert Effect.objects.count() == 2
