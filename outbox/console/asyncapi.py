@@ -4,7 +4,7 @@ The same sources as `docs/events/*.json` (the contracts) and the choreography ma
 table): one channel per event type, one message per version of it (its payload the envelope
 around that version's contract), a `send` operation for the context that publishes it and a
 `receive` operation for each subscriber, naming its handler, the versions it reads, and whether
-it is ordered or a compensation. `manage.py export_asyncapi` writes it to
+it is ordered, a compensation or has outside effects. `manage.py export_asyncapi` writes it to
 `docs/events/asyncapi.json`; a test fails when the file no longer matches the code.
 
 On the wire, the relay copies each event into one queue per subscriber (named after the
@@ -172,6 +172,7 @@ def document(
                 "x-versions-read": sorted(subscription.versions),
                 "x-ordered": subscription.ordered,
                 "x-compensation": subscription.compensation,
+                "x-outside-effects": subscription.outside_effects,
             }
     named = {
         server_name(name): server(given) if isinstance(given, str) else dict(given)
