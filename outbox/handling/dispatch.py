@@ -18,12 +18,15 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
+import dramatiq
 from django.conf import settings
 from django.db import DataError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from dramatiq import Retry
+from dramatiq.common import compute_backoff
 from dramatiq.middleware import CurrentMessage
+from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.rate_limits import RateLimitExceeded
 from opentelemetry.trace import SpanKind
@@ -244,7 +247,7 @@ def _dispatch_envelope(
                 first_failed_at=first_failed_at,
             )
             return "dead_lettered"
-        raise  # Dramatiq's Retries middleware re-enqueues it with backoff
+        _retry_later(subscriber, envelope, retries, error)
 
 
 def _not_with_a_receipt(receipt: tuple[bool, bool] | None, error: BaseException) -> None:
@@ -376,9 +379,10 @@ def receive_together(subscriber: str, bodies: dict[int, Any]) -> dict[int, tuple
     that are sure to reach their handler (a readable envelope it handles, in a version it reads,
     within the hops and with no limits to wait for): for each, what `_first_receipt` would have
     said. An envelope twice in the pack is first at its first position. The rows go in message id
-    order, so that two packs with copies of the same messages wait for each other, never deadlock."""
-    if subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
-        return {}
+    order, so that two packs with copies of the same messages wait for each other, never deadlock.
+    PostgreSQL only: elsewhere each envelope writes its own."""
+    if connection.vendor != "postgresql" or subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
+        return {}  # SQLite (in process, no round trips to save) cannot read the alias in RETURNING
     envelopes: dict[int, Envelope] = {}
     for position, body in bodies.items():
         try:
@@ -431,6 +435,43 @@ def withdraw_receipts(subscriber: str, message_ids: list[UUID]) -> None:
 
 _uuid_field = InboxMessage._meta.get_field("message_id")
 _time_field = InboxMessage._meta.get_field("processed_at")
+
+
+def _retry_later(subscriber: str, envelope: Envelope, retries: int, error: BaseException) -> None:
+    """One line for a failure that will be retried, and Dramatiq's Retries middleware told when
+    (`Retry`, which Dramatiq does not log as an error): its traceback, one every retry, is left
+    for the dead letter, which logs it once and keeps it."""
+    message = CurrentMessage.get_current_message()
+    delay = retry_delay_ms(message, retries)
+    logger.warning(
+        "%s will retry %s message=%s (attempt %d of %d) in %d ms: %s",
+        subscriber,
+        envelope.type,
+        envelope.message_id,
+        retries + 1,
+        settings.OUTBOX_MAX_RETRIES + 1,
+        delay,
+        one_line(error),
+        extra={"subscriber": subscriber, "event_type": envelope.type, "attempt": retries + 1, "delay_ms": delay},
+    )
+    raise Retry(one_line(error), delay=delay) from error
+
+
+def retry_delay_ms(message: dramatiq.Message, retries: int) -> int:
+    """The backoff Dramatiq's Retries middleware gives a message retried `retries` times before
+    (the actor's min_backoff doubling, jittered, up to its max_backoff)."""
+    actor = dramatiq.get_broker().get_actor(message.actor_name)
+    max_backoff = min(actor.options.get("max_backoff", DEFAULT_MAX_BACKOFF), DEFAULT_MAX_BACKOFF)
+    _, delay = compute_backoff(
+        retries, factor=actor.options.get("min_backoff", DEFAULT_MIN_BACKOFF), max_backoff=max_backoff
+    )
+    return delay
+
+
+def one_line(error: BaseException) -> str:
+    """`ValueError: the first line of its message`, bounded: what a log line of a retry says."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}"[:300] if first else type(error).__name__
 
 
 def _put_back_without_spending_a_retry() -> None:
