@@ -325,6 +325,10 @@ LOGGING = log_format.logging_config(
         # A client's 4xx is the client's business (its answer names the field), not an operator's:
         # django.request keeps its ERROR lines (5xx); runserver's and gunicorn's access logs list the rest.
         "django.request": {"level": "ERROR"},
+        # Dispatch logs one line for each retry (subscriber, event, attempt, delay, error) and the
+        # traceback once, with the dead letter; Dramatiq's "Retrying message … in N milliseconds"
+        # would say it a second time.
+        "dramatiq.middleware.retries.Retries": {"level": "WARNING"},
     },
 )
 # /metrics reads its gauges (whole-table aggregates) at most this often per process; /metrics and

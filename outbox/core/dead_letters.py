@@ -104,6 +104,8 @@ def record_dead_letter(
         subscriber,
         reason,
         details["error"],
+        # The traceback once, here: a failure retried before logged one line each time (dispatch).
+        exc_info=error if error is not None and error.__traceback__ is not None else None,
     )
     return letter
 

@@ -47,9 +47,7 @@ import dramatiq
 from django.conf import settings
 from django.db import transaction
 from dramatiq import Retry
-from dramatiq.common import compute_backoff
 from dramatiq.middleware import CurrentMessage, TimeLimit
-from dramatiq.middleware.retries import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name, subscription
@@ -57,7 +55,9 @@ from outbox.handling.dispatch import (
     FailedInSharedTransaction,
     WorkRolledBack,
     dispatch_for_outcome,
+    one_line,
     receive_together,
+    retry_delay_ms,
     rolled_back,
     withdraw_receipts,
 )
@@ -269,18 +269,13 @@ def _retry_alone(broker: dramatiq.Broker, message: dramatiq.Message, error: Base
     the broker refuse this enqueue, dispatch_pack goes on with the other envelopes and fails the pack
     afterwards, for Dramatiq to retry: it comes again, unpacked, and the envelopes already handled are
     duplicates then (or, if the broker refuses that retry too, the sweep sends this one again)."""
-    actor = broker.get_actor(message.actor_name)
     retries = message.options.get("retries", 0)
     message.options["retries"] = retries + 1
-    if isinstance(error, Retry) and error.delay is not None:
+    if isinstance(error, Retry) and error.delay is not None:  # dispatch logged its line and chose the delay
         delay = error.delay
     else:
-        max_backoff = min(actor.options.get("max_backoff", DEFAULT_MAX_BACKOFF), DEFAULT_MAX_BACKOFF)
-        _, delay = compute_backoff(
-            retries, factor=actor.options.get("min_backoff", DEFAULT_MIN_BACKOFF), max_backoff=max_backoff
-        )
-    if not isinstance(error, Retry):
+        delay = retry_delay_ms(message, retries)
         logger.warning(
-            "%s will retry %s alone in %d ms: %s", message.queue_name, message.message_id, delay, error, exc_info=error
+            "%s will retry %s alone in %d ms: %s", message.queue_name, message.message_id, delay, one_line(error)
         )
     broker.enqueue(message, delay=delay)
