@@ -56,6 +56,7 @@ NONSENSE = [
     (["create_roles", "--bogus"], "unrecognized arguments: --bogus", CALLED),
     (["run_all", "--addr", "nonsense"], "argument --addr: 'nonsense' is not HOST:PORT", ALONE),
     (["rundramatiq", "--processes", "0"], "argument --processes/-p: must be at least 1, not 0", ALONE),
+    (["rundramatiq", "--queues", "nosuchqueue"], "no such queue: nosuchqueue (the queues are", ALONE),
     (["bench", "--runs", "0", "--history", "0"], "argument --runs: must be at least 1, not 0", ALONE),
     (["chaos", "--port", "70000"], "argument --port: must be at most 65535, not 70000", ALONE),
     (["chaos", "--rabbitmq-cluster", "2"], "argument --rabbitmq-cluster: must be at least 3, not 2", ALONE),

@@ -1,5 +1,7 @@
 """Failure as data: replay and discard (service and command), compensation failures, expiry."""
 
+import uuid
+
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -310,3 +312,25 @@ def test_a_message_that_is_not_dramatiqs_ends_as_an_unreadable_dead_letter_not_o
     letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="an unreadable letter")
     assert letter.reason == "unreadable" and letter.envelope == {"unreadable": "not json at all", "bytes": 15}
     assert broker.channel.queue_declare(xq_name(queue), passive=True).method.message_count == 0  # acknowledged
+
+
+def test_the_list_has_a_header_one_row_a_letter_and_refuses_a_reason_no_letter_can_have(db, capsys):
+    record_dead_letter(
+        subscriber="probe_b",
+        body={"message_id": str(uuid.uuid4()), "type": "probe.pinged"},
+        reason="invalid_payload",
+        error=ValueError("2 validation errors for Pinged\nn\n  Field required"),
+    )
+    record_dead_letter(subscriber="probe_a", body="not an envelope", reason="invalid_envelope", error=ValueError("x"))
+
+    call_command("dead_letters", "list")
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:5] == ["id", "status", "subscriber", "reason", "event"]
+    assert len(rows) == 2  # the three-line error kept to its row
+    assert rows[0].endswith("2 validation errors for Pinged n Field required")
+    assert " ? " in rows[1]  # a letter with no event type says so
+
+    with pytest.raises(CommandError, match=r"no such reason: no_such_reason \(the reasons are invalid_envelope, "):
+        call_command("dead_letters", "list", "--reason", "no_such_reason")
+    call_command("dead_letters", "list", "--groups", "--reason", "expired")  # a reason of the kernel's, none yet
+    assert capsys.readouterr().out == "no dead letters match\n"

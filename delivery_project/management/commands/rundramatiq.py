@@ -10,7 +10,8 @@ import logging
 import os
 import sys
 
-from django.core.management.base import OutputWrapper
+import dramatiq
+from django.core.management.base import CommandError, OutputWrapper
 from django_dramatiq.management.commands import rundramatiq
 
 from outbox.management.arguments import whole_number
@@ -35,6 +36,7 @@ class Command(rundramatiq.Command):
                 action.type = whole_number(at_least=1)
 
     def handle(self, *args, **options):
+        _refuse_unknown_queues(options.get("queues") or [])
         self.stdout = OutputWrapper(_LogLines())
         return super().handle(*args, **{**options, "skip_logging": True})
 
@@ -45,3 +47,12 @@ class Command(rundramatiq.Command):
                 return launcher
             logger.warning("%s is not installed (pip install -e .); Dramatiq's own log format follows", LAUNCHER)
         return super()._resolve_executable(exec_name)
+
+
+def _refuse_unknown_queues(asked: list[str]) -> None:
+    """Dramatiq's workers take any name and serve nothing on one no actor uses: a typo would start
+    workers that sit idle. The queues are those of the declared actors (one a subscriber)."""
+    known = sorted({actor.queue_name for actor in dramatiq.get_broker().actors.values()})
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        raise CommandError(f"no such queue: {', '.join(unknown)} (the queues are {', '.join(known)})")

@@ -1,7 +1,10 @@
+from datetime import UTC
+
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.core.dead_letters import Reason
 from outbox.models import DeadLetter
 
 
@@ -24,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
 
     def handle(self, *, action, ids, subscriber, reason, type, all, groups, note, by, **options):
+        _refuse_an_unknown_reason(reason)
         letters = open_letters(subscriber=subscriber, reason=reason, type=type)
         if all and action == "list":
             letters = DeadLetter.objects.filter(pk__in=letters.values("pk")) | DeadLetter.objects.exclude(status="open")
@@ -76,13 +80,33 @@ class Command(BaseCommand):
 
     def _list(self, letters, groups: bool) -> None:
         if groups:
-            for row in letters.values("subscriber", "reason", "type").annotate(n=Count("id")).order_by("-n"):
-                self.stdout.write(f"{row['n']:>6}  {row['subscriber']:<16} {row['reason']:<22} {row['type']}")
-            return
-        for letter in letters:
-            self.stdout.write(
-                f"{letter.pk:>6}  {letter.status:<9} {letter.subscriber:<16} {letter.reason:<22} {letter.type:<26} "
-                f"attempts {letter.attempts}, last {letter.last_failed_at:%Y-%m-%d %H:%M:%S}  {letter.error[:80]}"
-            )
-        if not letters:
+            rows = list(letters.values("subscriber", "reason", "type").annotate(n=Count("id")).order_by("-n"))
+            if rows:
+                self.stdout.write(f"{'count':>6}  {'subscriber':<16} {'reason':<22} event type")
+            for row in rows:
+                self.stdout.write(f"{row['n']:>6}  {row['subscriber']:<16} {row['reason']:<22} {row['type'] or '?'}")
+        else:
+            rows = list(letters)
+            if rows:
+                self.stdout.write(
+                    f"{'id':>6}  {'status':<9} {'subscriber':<16} {'reason':<22} {'event type':<26} "
+                    "attempts, last failed (UTC)  error"
+                )
+            for letter in rows:
+                error = " ".join(letter.error.split())  # one row a letter, whatever the error spans
+                self.stdout.write(
+                    f"{letter.pk:>6}  {letter.status:<9} {letter.subscriber:<16} {letter.reason:<22} "
+                    f"{letter.type or '?':<26} attempts {letter.attempts}, "
+                    f"last {letter.last_failed_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {error[:80]}"
+                )
+        if not rows:
             self.stdout.write("no dead letters match")
+
+
+def _refuse_an_unknown_reason(reason: str) -> None:
+    """A reason no letter can have is a typo, not an empty answer: the kernel's reasons, and those
+    handlers gave with `Rejected`, which only the letters know."""
+    if not reason or reason in set(Reason) or DeadLetter.objects.filter(reason=reason).exists():
+        return
+    given = sorted(set(DeadLetter.objects.values_list("reason", flat=True).distinct()) - set(Reason))
+    raise CommandError(f"no such reason: {reason} (the reasons are {', '.join([*Reason, *given])})")
