@@ -31,7 +31,7 @@ from deliveries.schemas import (
     ErrorOut,
     TimelineEvent,
 )
-from deliveries.transitions import TooLate
+from deliveries.transitions import NotYet, TooLate
 
 logger = logging.getLogger(__name__)
 
@@ -115,10 +115,26 @@ def _error(request, status: int, detail: str, errors: list[dict] | None = None) 
 def invalid_input(request, exc: ValidationError):
     errors = []
     for error in exc.errors:
-        path = [str(part) for part in error.get("loc", ()) if part not in ("body", "payload", "path", "query")]
-        errors.append({"field": ".".join(path) or "body", "message": error.get("msg", "invalid")})
+        loc = error.get("loc", ())
+        path = [str(part) for part in loc if part not in ("body", "payload", "path", "query")]
+        if loc[:1] in (("path",), ("query",)):  # a view's own parameter names, in the API's spelling
+            path = [_camel(part) for part in path]
+        errors.append({"field": ".".join(path) or "body", "message": _plain(error.get("msg", "invalid"))})
     fields = ", ".join(e["field"] for e in errors)
     return _error(request, 422, f"invalid input: {fields}", errors)
+
+
+def _camel(name: str) -> str:
+    """delivery_id -> deliveryId: what every other error and the schema call it."""
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+def _plain(message: str) -> str:
+    """pydantic's message without its "Value error, " prefix (a validator's own words follow it)."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message
 
 
 @api.exception_handler(HttpError)
@@ -263,7 +279,7 @@ def request_delivery(
 ):
     package = payload.package_info
     try:
-        delivery, _ = _request_delivery(request, payload, package, idempotency_key)
+        delivery, created = _request_delivery(request, payload, package, idempotency_key)
     except services.IdempotencyKeyReused as error:
         return refused(422, error, "Idempotency-Key")
     except services.IdempotencyKeyInFlight as error:
@@ -272,7 +288,14 @@ def request_delivery(
         return refused(409, error, "packageInfo.packageId")
     response["Location"] = f"/api/deliveries/{delivery.id}"
     # The web's line of the delivery's story: `grep <delivery id>` finds it beside the workers' lines.
-    logger.info("delivery %s accepted", delivery.id, extra={"correlation_id": str(delivery.id)})
+    if created:
+        logger.info("delivery %s accepted", delivery.id, extra={"correlation_id": str(delivery.id)})
+    else:  # nothing new happened: the same request resent with its Idempotency-Key
+        logger.info(
+            "delivery %s: Idempotency-Key repeated, its first answer sent again",
+            delivery.id,
+            extra={"correlation_id": str(delivery.id)},
+        )
     return Status(202, delivery.first_answer)
 
 
@@ -394,7 +417,7 @@ def issue_confirmation_token(request, delivery_id: UUID):
     _own(request, delivery_id)
     try:
         token = confirmation.issue_confirmation_token(delivery_id=delivery_id, customer=request.auth)
-    except TooLate as error:
+    except (TooLate, NotYet) as error:
         return refused(409, error, "status", error.reason)
     return Status(201, {"confirmation_token": token})
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from deliveries.events import DeliveryCompleted, DeliveryConfirmationRequested, DeliveryConfirmationTimedOut
 from deliveries.models import Customer, Delivery
-from deliveries.transitions import Status, TooLate, announce, fail, locked
+from deliveries.transitions import NotYet, Status, TooLate, announce, fail, locked
 from outbox.api import atomic, save_fields
 
 AWAITED = ("confirmation_token_id", "confirmation_token_hash")  # what await_confirmation sets beside the status
@@ -46,6 +46,17 @@ def issue_confirmation_token(*, delivery_id: UUID, customer: Customer) -> str:
     with atomic():
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status != Status.AWAITING_CONFIRMATION:
+            if delivery.confirmation_required == "None":
+                raise NotYet(
+                    "a delivery requested with confirmationRequired None is never given a confirmation token",
+                    "no_confirmation_required",
+                )
+            if delivery.status in (*Delivery.BEFORE_DISPATCH, Status.IN_TRANSIT):
+                raise NotYet(
+                    f"a delivery that is {delivery.status} cannot be given a confirmation token yet: "
+                    "ask again once it is awaiting_confirmation",
+                    f"not_yet_{delivery.status}",
+                )
             raise TooLate(delivery.status, "given a confirmation token")
         token = secrets.token_urlsafe(32)
         delivery.confirmation_token_hash = _digest(token)

@@ -90,10 +90,19 @@ class PackageInfo(CamelSchema):
     tag: str | None = Field(None, max_length=100, description="A label for the package; not for personal data.")
 
 
+# The request takes any weight up to a tonne; what a drone can carry is the packages context's to
+# decide, after the 202 (the choreography: a package too heavy for its size fails the delivery).
+WEIGHT_LIMITS = (
+    "kg, at least a gram. A drone carries at most "
+    + ", ".join(f"{size} {limit:g} kg" for size, limit in settings.PACKAGE_MAX_WEIGHT_KG.items())
+    + ": a heavier package is accepted (202), and its delivery then fails with statusReason too_heavy"
+)
+
+
 class PackageInfoIn(RequestSchema):
     package_id: UUID | None = None
     size: Literal["Small", "Medium", "Large"]
-    weight: Number = Field(ge=0.001, le=1000, description="kg, at least a gram")
+    weight: Number = Field(ge=0.001, le=1000, description=WEIGHT_LIMITS)
     tag: str | None = Field(
         None,
         max_length=100,

@@ -155,6 +155,7 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str
         if delivery.status not in Delivery.BEFORE_DISPATCH:
             raise TooLate(delivery.status, "cancelled")
         delivery.status, delivery.status_reason = Status.CANCELLED, reason
+        delivery.eta = delivery.pickup_eta = None  # no drone is coming: the times it was expected mean nothing
         announce(delivery, DeliveryCancelled(delivery_id=delivery.id, reason=reason))
         delivery.save()
         return delivery

@@ -24,6 +24,15 @@ class TooLate(Exception):
         self.reason = f"already_{status}"
 
 
+class NotYet(Exception):
+    """A change its delivery has not reached yet (a confirmation token before the drone is there),
+    or never will (`reason` then says why)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def announce(delivery: Delivery, event, *, at: datetime | None = None, timers: Sequence[Timer] = ()) -> None:
     """Publish on the delivery's stream; the delivery id is the correlation id of its whole story."""
     announce_about(delivery.id, event, at=at, ended=delivery.is_terminal, timers=timers)

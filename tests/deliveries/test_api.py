@@ -2,8 +2,10 @@
 
 import io
 import json
+import logging
 import threading
 from datetime import timedelta
+from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
@@ -34,7 +36,10 @@ def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(cu
     assert all(t.available_at > event.available_at for t in timers)
 
 
-def test_repeating_an_idempotency_key_with_the_same_request_answers_the_first_answer_and_creates_nothing(customer):
+def test_repeating_an_idempotency_key_with_the_same_request_answers_the_first_answer_and_creates_nothing(
+    customer, caplog
+):
+    caplog.set_level(logging.INFO, logger="deliveries.api")
     body = delivery_request()
     first = customer.request(body, **{"Idempotency-Key": "k1"})
     same_request = dict(reversed(list(body.items())))  # the same JSON, its keys in another order
@@ -44,6 +49,12 @@ def test_repeating_an_idempotency_key_with_the_same_request_answers_the_first_an
     assert again.json() == first.json()
     assert Delivery.objects.count() == 1
     assert OutboxMessage.objects.filter(type="delivery.requested").count() == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "deliveries.api"]
+    delivery_id = first.json()["deliveryId"]
+    assert lines == [
+        f"delivery {delivery_id} accepted",  # once: the repeat accepted nothing
+        f"delivery {delivery_id}: Idempotency-Key repeated, its first answer sent again",
+    ]
     assert customer.request(**{"Idempotency-Key": "k2"}).json()["deliveryId"] != first.json()["deliveryId"]
 
 
@@ -276,9 +287,28 @@ def test_a_chunked_body_the_server_cannot_read_is_a_411_naming_content_length_no
 
 
 @pytest.mark.parametrize("path", ["/api/deliveries/not-a-uuid", "/api/deliveries/not-a-uuid/status"])
-def test_a_malformed_id_is_a_4xx_not_a_500(customer, path):
+def test_a_malformed_id_is_a_4xx_not_a_500_and_is_named_as_every_other_error_names_it(customer, path):
     response = customer.client.get(path)
-    assert 400 <= response.status_code < 500
+    assert response.status_code == 422
+    assert [error["field"] for error in response.json()["errors"]] == ["deliveryId"]
+
+
+def test_a_validators_message_reaches_the_client_without_pydantics_prefix(customer):
+    response = customer.request(delivery_request(pickupTime=0))  # a number is no timestamp
+    assert response.status_code == 422
+    [error] = response.json()["errors"]
+    assert error == {"field": "pickupTime", "message": "must be an ISO 8601 date-time string"}
+
+
+def test_the_contract_says_what_a_drone_carries_by_size_where_a_client_reads_it(db, settings):
+    """A heavier package is accepted and fails later (the packages context decides): the schema and
+    docs/api.md say so, with the limits, so that a client is not surprised by `too_heavy`."""
+    schema = Client().get("/api/openapi.json").json()["components"]["schemas"]
+    described = schema["PackageInfoIn"]["properties"]["weight"]["description"]
+    api_md = (Path(settings.BASE_DIR) / "docs" / "api.md").read_text()
+    for size, limit in settings.PACKAGE_MAX_WEIGHT_KG.items():
+        assert f"{size} {limit:g} kg" in described and f"{size} {limit:g} kg" in api_md
+    assert "too_heavy" in described and "too_heavy" in api_md
 
 
 def test_the_openapi_schema_and_docs_are_served(db):

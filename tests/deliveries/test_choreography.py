@@ -83,11 +83,14 @@ def test_cancel_before_dispatch_releases_the_drone_and_cancels_the_package(custo
     choreography.deliver("delivery.requested", delivery_id)
     choreography.deliver("drone.scheduled", delivery_id)
     assert Drone.objects.filter(status="reserved").count() == 1
+    assert customer.get(f"/deliveries/{delivery_id}/status").json()["pickupEta"] is not None
 
     response = customer.cancel(delivery_id)
     assert response.status_code == 202
     assert response.json()["status"] == "cancelled"
     choreography.settle(delivery_id)
+    shown = customer.get(f"/deliveries/{delivery_id}/status").json()
+    assert (shown["pickupEta"], shown["deliveryEta"]) == (None, None)  # no drone is coming
 
     assert Drone.objects.filter(status="available").count() == 3
     assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"

@@ -177,3 +177,14 @@ def test_only_the_tokens_hash_is_stored_and_asking_again_replaces_the_token(cust
     assert confirm(customer, delivery_id, token=second).status_code == 200
     late = customer.client.post(f"/api/deliveries/{delivery_id}/confirmation-token")
     assert late.status_code == 409 and late.json()["errors"][0]["field"] == "status"
+
+
+def test_a_token_asked_for_too_early_says_not_yet_and_one_never_needed_says_so(customer, fleet):
+    early = customer.client.post(f"/api/deliveries/{requested(customer)}/confirmation-token")
+    assert early.status_code == 409
+    assert early.json()["errors"] == [{"field": "status", "message": "not_yet_requested"}]
+    assert "cannot be given a confirmation token yet" in early.json()["detail"]
+
+    never = customer.client.post(f"/api/deliveries/{requested(customer, 'None')}/confirmation-token")
+    assert never.status_code == 409
+    assert never.json()["errors"] == [{"field": "status", "message": "no_confirmation_required"}]
