@@ -230,9 +230,10 @@ def summary(deliveries: list[dict]) -> list[str]:
     reasons = Counter(d["statusReason"] for d in deliveries if d["status"] == "failed")
     delivered = [_seconds_between(d["createdAt"], d["updatedAt"]) for d in deliveries if d["status"] == "delivered"]
     waited = [_seconds_between(d["createdAt"], d["droneScheduledAt"]) for d in deliveries if d["droneScheduledAt"]]
-    lines = [f"{'status':<17} {'count':>6}", f"{'-' * 17} {'-' * 6}"]
-    lines += [f"{status:<17} {counts.get(status, 0):>6}" for status in STATUSES]
-    lines += [f"{'total':<17} {len(deliveries):>6}", ""]
+    wide = max(map(len, STATUSES))  # awaiting_confirmation, the longest, in line with the rest
+    lines = [f"{'status':<{wide}} {'count':>6}", f"{'-' * wide} {'-' * 6}"]
+    lines += [f"{status:<{wide}} {counts.get(status, 0):>6}" for status in STATUSES]
+    lines += [f"{'total':<{wide}} {len(deliveries):>6}", ""]
     on_purpose = " (on purpose: some parcels are drawn too heavy for their size)"
     lines += [f"failed because {r}: {n}" + (on_purpose if r == "too_heavy" else "") for r, n in reasons.most_common()]
     lines.append(f"waited in line for a drone: {sum(1 for d in deliveries if d['waitingSince'])}")

@@ -43,3 +43,24 @@ def test_a_burst_of_six_times_the_fleet_is_served_and_the_run_is_summed_up_and_p
     assert re.search(r"^terminal: \d+ of 24 after \d+ s$", report, re.MULTILINE), report
     if "too_heavy" in reasons:
         assert "failed because too_heavy: " in report and "(on purpose" in report
+
+
+def test_the_summary_table_keeps_its_count_column_in_line_on_every_row():
+    """awaiting_confirmation is longer than the column was wide: its count stood out of line."""
+    from harness.simulation import STATUSES, summary
+
+    rows = summary(
+        [
+            {
+                "status": status,
+                "statusReason": "",
+                "createdAt": "2026-12-06T00:00:00Z",
+                "updatedAt": "2026-12-06T00:00:01Z",
+                "droneScheduledAt": None,
+                "waitingSince": None,
+            }
+            for status in STATUSES
+        ]
+    )
+    table = rows[: rows.index("")]
+    assert len({len(row) for row in table}) == 1, "\n".join(table)
