@@ -16,11 +16,10 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Any
-from uuid import UUID
 
 import dramatiq
 from django.conf import settings
-from django.db import DataError, connection, transaction
+from django.db import DataError, transaction
 from django.db.models import F
 from django.utils import timezone
 from dramatiq import Retry
@@ -35,7 +34,6 @@ from pydantic import ValidationError
 
 from outbox.core.contracts import upcast
 from outbox.core.dead_letters import (
-    REPLAYABLE,
     Reason,
     Rejected,
     close_stale_replay,
@@ -48,7 +46,8 @@ from outbox.core.subscriptions import Received, Subscription, subscription, unpr
 from outbox.handling import log_context
 from outbox.handling.limits import within_limits
 from outbox.handling.ordering import Position, advance
-from outbox.models import DeadLetter, InboxMessage
+from outbox.handling.receipts import first_receipt
+from outbox.models import InboxMessage
 from outbox.observability import tracing
 from outbox.observability.metrics import HANDLED, HANDLER_SECONDS
 
@@ -321,7 +320,7 @@ def _handle_once(
     receipt: tuple[bool, bool] | None = None,
 ) -> str:
     with transaction.atomic(savepoint=savepoint):
-        first, dead_lettered = receipt if receipt is not None else _first_receipt(sub.subscriber, envelope)
+        first, dead_lettered = receipt if receipt is not None else first_receipt(sub.subscriber, envelope)
         if not first:
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
                 duplicates=F("duplicates") + 1
@@ -343,98 +342,6 @@ def _handle_once(
         if dead_lettered:  # rare (a replay, or a copy the sweep gave up on): one UPDATE more
             resolve_processed(subscriber=sub.subscriber, envelope=envelope)
     return "processed"
-
-
-def _first_receipt(subscriber: str, envelope: Envelope) -> tuple[bool, bool]:
-    """Record the message in the subscriber's inbox: (False, …) if it was there already. One
-    statement, no savepoint: a concurrent copy waits on the unique index, then finds it there.
-    The same statement says whether the message has an open or replayed dead letter for this
-    subscriber, which only then needs closing as processed (an UPDATE each message paid before)."""
-    inbox = connection.ops.quote_name(InboxMessage._meta.db_table)
-    letters = connection.ops.quote_name(DeadLetter._meta.db_table)
-    message_id = _uuid_field.get_db_prep_value(envelope.message_id, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {inbox} (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
-            "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (subscriber, message_id) DO NOTHING "
-            f"RETURNING id, EXISTS (SELECT 1 FROM {letters} WHERE subscriber = %s AND message_id = %s "
-            "AND status IN (%s, %s))",
-            [
-                subscriber,
-                message_id,
-                envelope.type,
-                _uuid_field.get_db_prep_value(envelope.correlation_id, connection),
-                _time_field.get_db_prep_value(timezone.now(), connection),
-                subscriber,
-                message_id,
-                *REPLAYABLE,
-            ],
-        )
-        row = cursor.fetchone()
-        return (False, False) if row is None else (True, bool(row[1]))
-
-
-def receive_together(subscriber: str, bodies: dict[int, Any]) -> dict[int, tuple[bool, bool]]:
-    """Record in the subscriber's inbox, in one statement, the envelopes of a pack (by position)
-    that are sure to reach their handler (a readable envelope it handles, in a version it reads,
-    within the hops and with no limits to wait for): for each, what `_first_receipt` would have
-    said. An envelope twice in the pack is first at its first position. The rows go in message id
-    order, so that two packs with copies of the same messages wait for each other, never deadlock.
-    PostgreSQL only: elsewhere each envelope writes its own."""
-    if connection.vendor != "postgresql" or subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
-        return {}  # SQLite (in process, no round trips to save) cannot read the alias in RETURNING
-    envelopes: dict[int, Envelope] = {}
-    for position, body in bodies.items():
-        try:
-            envelope = Envelope.model_validate(body)
-        except ValidationError:
-            continue
-        sub = subscription(subscriber, envelope.type)
-        if sub is not None and envelope.version in sub.versions and envelope.hops <= settings.OUTBOX_MAX_HOPS:
-            envelopes[position] = envelope
-    if not envelopes:
-        return {}
-    unique = sorted({e.message_id: e for e in envelopes.values()}.values(), key=lambda e: e.message_id)
-    inbox = connection.ops.quote_name(InboxMessage._meta.db_table)
-    letters = connection.ops.quote_name(DeadLetter._meta.db_table)
-    now = _time_field.get_db_prep_value(timezone.now(), connection)
-    rows, params = [], []
-    for envelope in unique:
-        rows.append("(%s, %s, %s, %s, %s, 0)")
-        params += [
-            subscriber,
-            _uuid_field.get_db_prep_value(envelope.message_id, connection),
-            envelope.type,
-            _uuid_field.get_db_prep_value(envelope.correlation_id, connection),
-            now,
-        ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {inbox} AS received (subscriber, message_id, type, correlation_id, processed_at, duplicates) "
-            f"VALUES {', '.join(rows)} ON CONFLICT (subscriber, message_id) DO NOTHING "
-            f"RETURNING received.message_id, EXISTS (SELECT 1 FROM {letters} WHERE subscriber = received.subscriber "
-            "AND message_id = received.message_id AND status IN (%s, %s))",
-            [*params, *REPLAYABLE],
-        )
-        inserted = {str(message_id): bool(letter) for message_id, letter in cursor.fetchall()}
-    receipts, seen = {}, set()
-    for position, envelope in sorted(envelopes.items()):
-        key = str(envelope.message_id)
-        first = key in inserted and key not in seen
-        receipts[position] = (first, first and inserted[key])
-        seen.add(key)
-    return receipts
-
-
-def withdraw_receipts(subscriber: str, message_ids: list[UUID]) -> None:
-    """Take back inbox rows `receive_together` wrote for envelopes that are not handled after all
-    (what is left of a pack that has used its time limit, handed on alone)."""
-    if message_ids:
-        InboxMessage.objects.filter(subscriber=subscriber, message_id__in=message_ids).delete()
-
-
-_uuid_field = InboxMessage._meta.get_field("message_id")
-_time_field = InboxMessage._meta.get_field("processed_at")
 
 
 def _retry_later(subscriber: str, envelope: Envelope, retries: int, error: BaseException) -> None:

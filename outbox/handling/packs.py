@@ -7,7 +7,7 @@ are paid once a pack instead of once a copy (docs/performance.md has what that s
 Each envelope is dispatched on its own, as if it had come alone: its own inbox row, dead letter,
 metrics and log line. The envelopes share one transaction (OUTBOX_PACK_TRANSACTION), so a pack pays
 one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in one statement
-(`receive_together`: those sure to reach their handler), save an envelope whose handler has
+(`outbox.handling.receipts`: those sure to reach their handler), save an envelope whose handler has
 `outside_effects`:
 it is committed alone before the next one starts, so that no neighbour's failure can roll it back
 and have its effect happen again. The shared transaction has no savepoints (Django's cost more CPU
@@ -56,11 +56,10 @@ from outbox.handling.dispatch import (
     WorkRolledBack,
     dispatch_for_outcome,
     one_line,
-    receive_together,
     retry_delay_ms,
     rolled_back,
-    withdraw_receipts,
 )
+from outbox.handling.receipts import receive_together, withdraw_receipts
 from outbox.observability.metrics import PACKS_REDONE
 
 logger = logging.getLogger(__name__)
@@ -86,7 +85,7 @@ def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker
         if position and out_of_time():
             _hand_on(broker, subscriber, bodies[position:], pack)  # the pack has used one limit
             break
-        if together and unpacked.may_share(position):
+        if together and unpacked.share and unpacked.may_share(position):
             position, owed, reports = _handle_together(unpacked, position, out_of_time)
         else:  # in a transaction of its own, committed before the next envelope starts
             owed, reports = [], []
@@ -113,7 +112,8 @@ def _handle_together(
     they ended, the retries owed and the outcomes to report. No savepoints: should a handler fail,
     the transaction is rolled back and the same envelopes handled again in a new one, the failed
     handler not run again but its error taken down the path it would have taken alone (its retry
-    owed, or its dead letter). Each time round one more handler is left out, so this ends."""
+    owed, or its dead letter). Each time round one more handler is left out, so this ends; and a
+    second failure ends the run there, the rest of the pack then handled one by one."""
     failed: dict[int, BaseException] = {}
     end = start + 1
     while end < len(unpacked.bodies) and unpacked.may_share(end):
@@ -139,6 +139,8 @@ def _handle_together(
                         )
                     except FailedInSharedTransaction as failure:
                         failed[position] = failure.error
+                        if len(failed) > 1:  # failing often (an outage): the rest of the pack goes one by one
+                            end, unpacked.share = position + 1, False
                         PACKS_REDONE.labels(unpacked.subscriber).inc()
                         logger.info(
                             "%s rolls its pack back and handles it again without envelope %d of %d, whose handler "
@@ -178,6 +180,10 @@ class _Unpacked:
         limit_ms: int | None,
     ):
         self.subscriber, self.bodies, self.pack, self.limit, self.limit_ms = subscriber, bodies, pack, limit, limit_ms
+        # Whether envelopes may still share a transaction: after a second handler fails in one pack
+        # (a dependency down fails them all), the rest is handled one by one, each in a transaction of
+        # its own, so that a failing pack costs at most two passes again, not one a failure.
+        self.share = True
 
     def may_share(self, position: int) -> bool:
         """Whether the envelope may be handled in a shared transaction: anything but one whose handler

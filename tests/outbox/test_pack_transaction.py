@@ -163,3 +163,20 @@ def test_a_replayed_letter_of_an_envelope_processed_in_a_pack_is_closed(transact
 
     assert DeadLetter.objects.get().status == DeadLetter.Status.PROCESSED
     assert Effect.objects.count() == 2
+
+
+@pytest.mark.postgres
+def test_a_pack_whose_handlers_all_fail_is_handled_again_twice_at_most_not_once_a_failure(
+    transactional_db, broker, settings
+):
+    """A dependency down fails every envelope: after the second failure the rest of the pack is
+    handled one by one, each its own transaction, instead of one more pass for each failure."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    sent = envelopes(6, fail={"probe_a": "always"})
+    redone = REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
+
+    dispatch_pack(subscriber="probe_a", bodies=sent, broker=broker)
+
+    assert DeadLetter.objects.filter(reason="handler_error").count() == 6
+    assert [probe.runs[e["message_id"]] for e in sent] == [1] * 6  # no failed handler run twice
+    assert REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) == redone + 2
