@@ -37,7 +37,8 @@ if LOCAL_HTTP and not set(ALLOWED_HOSTS) <= {"localhost", "127.0.0.1", "[::1]", 
         f"DJANGO_LOCAL_HTTP=1 is for this machine only, not for DJANGO_ALLOWED_HOSTS={','.join(ALLOWED_HOSTS)}"
     )
 SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG and not LOCAL_HTTP)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes talk plain HTTP to the process
+# Probes and monitoring scripts talk plain HTTP to the process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$", r"^dead-letter-groups$"]
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("DJANGO_SECURE_COOKIES", not DEBUG and not LOCAL_HTTP)
 _hsts_default = "0" if DEBUG or LOCAL_HTTP else str(365 * 24 * 3600)
 SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", _hsts_default))

@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 
 from deliveries.api import api, unknown_path
 from delivery_project.health import healthz, readyz
-from delivery_project.metrics import metrics
+from delivery_project.metrics import dead_letter_groups, metrics
 from delivery_project.notify_me import router as notify_me
 
 api.add_router("/", notify_me)
@@ -19,6 +19,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics, name="metrics"),
+    path("dead-letter-groups", dead_letter_groups, name="dead_letter_groups"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     re_path(r"^api/", unknown_path),

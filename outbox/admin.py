@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Min, Sum
+from django.http import HttpResponseRedirect
 from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, path, reverse
@@ -19,6 +20,7 @@ from django.utils.timesince import timesince
 
 from outbox.console import choreography_map
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
 from outbox.console.timeline import correlation_timeline
 from outbox.core.subscriptions import actor_name, queue_name, routing_table
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, StreamCursor
@@ -241,6 +243,55 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     @admin.display(description="timeline")
     def timeline(self, letter):
         return timeline_link(letter.correlation_id, "timeline")
+
+    def get_urls(self):
+        groups = self.admin_site.admin_view(self.groups)
+        return [path("groups/", groups, name="outbox_deadletter_groups"), *super().get_urls()]
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"groups_url": reverse("admin:outbox_deadletter_groups"), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+    def groups(self, request):
+        """The open letters in groups of one cause, each replayed or discarded whole (a POST)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            self._act_on_group(request)
+            return HttpResponseRedirect(request.path)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Dead letters in groups",
+            "groups": open_groups(),
+            "may_replay": self.has_replay_permission(request),
+            "may_discard": self.has_discard_permission(request),
+            "opts": self.model._meta,
+            "changelist_url": reverse("admin:outbox_deadletter_changelist"),
+        }
+        return TemplateResponse(request, "admin/outbox/dead_letter_groups.html", context)
+
+    def _act_on_group(self, request) -> None:
+        action, key, note = (
+            request.POST.get("action"),
+            request.POST.get("key", ""),
+            request.POST.get("note", "").strip(),
+        )
+        if action == "replay" and self.has_replay_permission(request):
+            act = replay_group
+        elif action == "discard" and self.has_discard_permission(request):
+            act = discard_group
+        else:
+            raise PermissionDenied
+        if action == "replay":
+            note = note or "replayed with its group from the admin"
+        try:  # a discard with no note is refused by the service, and said so here
+            done, problems = act(key=key, by=self._who(request), note=note)
+        except CannotResolve as error:
+            self.message_user(request, str(error), messages.WARNING)
+            return
+        self.message_user(request, f"{action.capitalize()}ed {done} dead letter(s) of group {key}.", messages.SUCCESS)
+        for problem in problems:
+            self.message_user(request, problem, messages.WARNING)
 
     @admin.display(description="envelope")
     def pretty_envelope(self, letter):

@@ -140,6 +140,12 @@ class DeadLetter(models.Model):
     reason = models.CharField(max_length=50, db_index=True)
     exception_type = models.CharField(max_length=200, blank=True)
     error = models.TextField(blank=True)
+    fingerprint = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="The error's type and its message with ids, numbers and times taken out: letters failed "
+        "for one cause share it (outbox.core.fingerprints).",
+    )
     traceback = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=1)
     first_failed_at = models.DateTimeField()
@@ -154,7 +160,10 @@ class DeadLetter(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["subscriber", "message_id"], name="deadletter_subscriber_message_unique"),
         ]
-        indexes = [models.Index(fields=["message_id"], name="deadletter_message_idx")]
+        indexes = [
+            models.Index(fields=["message_id"], name="deadletter_message_idx"),
+            models.Index(fields=["status", "subscriber", "type", "reason", "fingerprint"], name="deadletter_group_idx"),
+        ]
         permissions = [
             ("replay_deadletter", "Can replay dead letters"),
             ("discard_deadletter", "Can discard dead letters"),

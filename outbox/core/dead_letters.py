@@ -15,6 +15,7 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from outbox.core.envelope import Envelope
+from outbox.core.fingerprints import error_fingerprint
 from outbox.models import DeadLetter
 
 logger = logging.getLogger(__name__)
@@ -61,10 +62,12 @@ def record_dead_letter(
     dead-letter queue), an earlier letter only counts the attempts: its reason, error and status stay."""
     now = timezone.now()
     fields = body if isinstance(body, dict) else {}
+    exception_type = f"{type(error).__module__}.{type(error).__qualname__}" if error else ""
     details = {
         "reason": str(reason),
-        "exception_type": f"{type(error).__module__}.{type(error).__qualname__}" if error else "",
+        "exception_type": exception_type,
         "error": str(error) if error else "",
+        "fingerprint": error_fingerprint(exception_type, str(error) if error else ""),
         "traceback": "".join(tb.format_exception(error)) if error else "",
         "last_failed_at": now,
         "status": DeadLetter.Status.OPEN,

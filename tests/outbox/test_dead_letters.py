@@ -117,7 +117,8 @@ def test_the_command_lists_and_replays_a_group(worker, broker, capsys):
     dead_letters_for("probe_b", 3)
 
     call_command("dead_letters", "list", "--groups")
-    assert "3  probe_b" in capsys.readouterr().out
+    header, group = capsys.readouterr().out.splitlines()
+    assert group.split()[0] == "3" and group.split()[2] == "probe_b"  # one group of three
     with pytest.raises(CommandError, match="needs dead-letter ids"):
         call_command("dead_letters", "replay")
     Outage.objects.all().delete()

@@ -1,9 +1,9 @@
 from datetime import UTC
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Count
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
+from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
 from outbox.core.dead_letters import Reason
 from outbox.models import DeadLetter
 
@@ -12,7 +12,9 @@ class Command(BaseCommand):
     help = (
         "Operate on dead letters. `list` shows them (open ones by default) grouped or one per line; "
         "`replay` sends the chosen open ones again through the outbox; `discard` closes them with a note. "
-        "An id that names no open letter matching the filters refuses the whole command: nothing is done."
+        "`list --groups` shows the open ones grouped by cause, each group with a key that `replay --group` "
+        "and `discard --group` take. An id that names no open letter matching the filters refuses the whole "
+        "command: nothing is done."
     )
 
     def add_arguments(self, parser):
@@ -22,19 +24,28 @@ class Command(BaseCommand):
         parser.add_argument("--reason", default="")
         parser.add_argument("--type", default="", help="Event type, e.g. order.placed.")
         parser.add_argument("--all", action="store_true", help="list: include replayed and discarded ones.")
-        parser.add_argument("--groups", action="store_true", help="list: count per subscriber, reason and type.")
+        parser.add_argument(
+            "--groups",
+            action="store_true",
+            help="list: the open letters in groups of one cause (subscriber, event type, reason, error fingerprint).",
+        )
+        parser.add_argument("--group", default="", help="replay, discard: every open letter of this group (its key).")
         parser.add_argument("--note", default="", help="Why (required for discard).")
         parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
 
-    def handle(self, *, action, ids, subscriber, reason, type, all, groups, note, by, **options):
+    def handle(self, *, action, ids, subscriber, reason, type, all, groups, group, note, by, **options):
         _refuse_an_unknown_reason(reason)
+        if group:
+            return self._act_on_group(action, group, ids or subscriber or reason or type, note, by)
+        if action == "list" and groups:
+            return self._list_groups(open_groups(subscriber=subscriber, reason=reason, event_type=type))
         letters = open_letters(subscriber=subscriber, reason=reason, type=type)
         if all and action == "list":
             letters = DeadLetter.objects.filter(pk__in=letters.values("pk")) | DeadLetter.objects.exclude(status="open")
         if ids:
             letters = letters.filter(pk__in=ids)
         if action == "list":
-            return self._list(letters.order_by("id"), groups)
+            return self._list(letters.order_by("id"))
         if not ids and not (subscriber or reason or type):
             raise CommandError(f"{action} needs dead-letter ids or at least one of --subscriber, --reason, --type")
         if action == "discard" and not note.strip():
@@ -78,29 +89,59 @@ class Command(BaseCommand):
                 problems.append(f"dead letter {pk} does not match the filters")
         raise CommandError(f"nothing {action}ed: {'; '.join(problems)}")
 
-    def _list(self, letters, groups: bool) -> None:
-        if groups:
-            rows = list(letters.values("subscriber", "reason", "type").annotate(n=Count("id")).order_by("-n"))
-            if rows:
-                self.stdout.write(f"{'count':>6}  {'subscriber':<16} {'reason':<22} event type")
-            for row in rows:
-                self.stdout.write(f"{row['n']:>6}  {row['subscriber']:<16} {row['reason']:<22} {row['type'] or '?'}")
-        else:
-            rows = list(letters)
-            if rows:
-                self.stdout.write(
-                    f"{'id':>6}  {'status':<9} {'subscriber':<16} {'reason':<22} {'event type':<26} "
-                    "attempts, last failed (UTC)  error"
-                )
-            for letter in rows:
-                error = " ".join(letter.error.split())  # one row a letter, whatever the error spans
-                self.stdout.write(
-                    f"{letter.pk:>6}  {letter.status:<9} {letter.subscriber:<16} {letter.reason:<22} "
-                    f"{letter.type or '?':<26} attempts {letter.attempts}, "
-                    f"last {letter.last_failed_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {error[:80]}"
-                )
+    def _act_on_group(self, action: str, key: str, filters, note: str, by: str) -> None:
+        if action == "list":
+            raise CommandError("--group is for replay and discard; list --groups shows the groups and their keys")
+        if filters:
+            raise CommandError("--group takes the whole group: no ids, --subscriber, --reason or --type beside it")
+        if action == "discard" and not note.strip():
+            raise CommandError("discard needs a --note saying why, for the audit trail")
+        try:
+            if action == "replay":
+                done, problems = replay_group(key=key, by=by, note=note)
+            else:
+                done, problems = discard_group(key=key, by=by, note=note)
+        except CannotResolve as error:
+            raise CommandError(str(error)) from error
+        for problem in problems:
+            self.stderr.write(problem)
+        self.stdout.write(f"{action}ed {done} dead letter(s) of group {key}")
+        if problems:
+            raise CommandError(f"{len(problems)} could not be {action}ed")
+
+    def _list_groups(self, groups) -> None:
+        if not groups:
+            self.stdout.write("no dead letters match")
+            return
+        self.stdout.write(
+            f"{'letters':>7}  {'group':<10}  {'subscriber':<16} {'reason':<20} {'event type':<26} "
+            f"{'first and last failed (UTC)':<36}  error"
+        )
+        for g in groups:
+            again = g.failed_again_after_replay
+            first, last = g.first_failed_at.astimezone(UTC), g.last_failed_at.astimezone(UTC)
+            self.stdout.write(
+                f"{g.letters:>7}  {g.key:<10}  {g.subscriber:<16} {g.reason:<20} {g.event_type or '?':<26} "
+                f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}  {g.error[:80]}"
+                + (f"  (failed again after replay: {again})" if again else "")
+            )
+
+    def _list(self, letters) -> None:
+        rows = list(letters)
         if not rows:
             self.stdout.write("no dead letters match")
+            return
+        self.stdout.write(
+            f"{'id':>6}  {'status':<9} {'subscriber':<16} {'reason':<22} {'event type':<26} "
+            "attempts, last failed (UTC)  error"
+        )
+        for letter in rows:
+            error = " ".join(letter.error.split())  # one row a letter, whatever the error spans
+            self.stdout.write(
+                f"{letter.pk:>6}  {letter.status:<9} {letter.subscriber:<16} {letter.reason:<22} "
+                f"{letter.type or '?':<26} attempts {letter.attempts}, "
+                f"last {letter.last_failed_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {error[:80]}"
+            )
 
 
 def _refuse_an_unknown_reason(reason: str) -> None:

@@ -1,0 +1,123 @@
+"""Failed messages in groups: when a downstream system breaks, hundreds of letters share one cause.
+
+A group is the open dead letters of one subscriber, event type and reason whose errors share a
+fingerprint (`outbox.core.fingerprints`: the error's type and its message with ids, numbers and
+times taken out). Operators replay or discard a whole group at once, from the admin or
+`manage.py dead_letters`, with the safety one letter has: only open letters, a discard needs a
+note, and a letter replayed is no longer open, so a second replay of the group finds nothing to
+send twice. A group whose letters failed again after a replay (the cause is not fixed) says so.
+"""
+
+import hashlib
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from django.db.models import Count, Max, Min, Q
+
+from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.models import DeadLetter
+
+
+@dataclass(frozen=True)
+class Group:
+    key: str  # ten hex digits naming (subscriber, event type, reason, fingerprint): a group's id
+    subscriber: str
+    event_type: str
+    reason: str
+    fingerprint: str
+    letters: int
+    failed_again_after_replay: int  # open letters that had been replayed: the cause is not fixed
+    first_failed_at: datetime
+    last_failed_at: datetime
+    sample_id: int  # the latest letter, to read its envelope and traceback
+    exception_type: str
+    error: str  # the sample's, on one line
+
+    def as_json(self) -> dict:
+        fields = asdict(self)
+        fields["first_failed_at"] = self.first_failed_at.isoformat()
+        fields["last_failed_at"] = self.last_failed_at.isoformat()
+        return fields
+
+
+def group_key(subscriber: str, event_type: str, reason: str, fingerprint: str) -> str:
+    return hashlib.sha256(f"{subscriber}\n{event_type}\n{reason}\n{fingerprint}".encode()).hexdigest()[:10]
+
+
+def open_groups(*, subscriber: str = "", reason: str = "", event_type: str = "") -> list[Group]:
+    """The groups of open letters, the largest first; one aggregate, then one read of each sample."""
+    letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN)
+    for field, value in (("subscriber", subscriber), ("reason", reason), ("type", event_type)):
+        if value:
+            letters = letters.filter(**{field: value})
+    rows = (
+        letters.values("subscriber", "type", "reason", "fingerprint")
+        .annotate(
+            letters=Count("id"),
+            again=Count("id", filter=Q(replays__gt=0)),
+            first=Min("first_failed_at"),
+            last=Max("last_failed_at"),
+            sample=Max("id"),
+        )
+        .order_by("-letters", "-last")
+    )
+    rows = list(rows)
+    samples = DeadLetter.objects.in_bulk([row["sample"] for row in rows])
+    return [
+        Group(
+            key=group_key(row["subscriber"], row["type"], row["reason"], row["fingerprint"]),
+            subscriber=row["subscriber"],
+            event_type=row["type"],
+            reason=row["reason"],
+            fingerprint=row["fingerprint"],
+            letters=row["letters"],
+            failed_again_after_replay=row["again"],
+            first_failed_at=row["first"],
+            last_failed_at=row["last"],
+            sample_id=row["sample"],
+            exception_type=samples[row["sample"]].exception_type,
+            error=" ".join(samples[row["sample"]].error.split())[:300],
+        )
+        for row in rows
+    ]
+
+
+class NoSuchGroup(CannotResolve):
+    """No open letter is in a group of that key (it was replayed or discarded meanwhile, or mistyped)."""
+
+
+def letters_of(key: str):
+    """The open letters of the group `key`, oldest first."""
+    for group in open_groups():
+        if group.key == key:
+            return DeadLetter.objects.filter(
+                status=DeadLetter.Status.OPEN,
+                subscriber=group.subscriber,
+                type=group.event_type,
+                reason=group.reason,
+                fingerprint=group.fingerprint,
+            ).order_by("id")
+    raise NoSuchGroup(f"no open dead letters in a group {key!r}")
+
+
+def replay_group(*, key: str, by: str, note: str = "") -> tuple[int, list[str]]:
+    """Replay every open letter of the group; (how many, what could not be replayed and why)."""
+    return _each(letters_of(key), lambda letter: replay_dead_letter(letter_id=letter.pk, by=by, note=note))
+
+
+def discard_group(*, key: str, by: str, note: str) -> tuple[int, list[str]]:
+    """Discard every open letter of the group, with the note the audit trail needs."""
+    if not note.strip():
+        raise CannotResolve("a discard needs a note saying why")
+    return _each(letters_of(key), lambda letter: discard_dead_letter(letter_id=letter.pk, by=by, note=note))
+
+
+def _each(letters, act) -> tuple[int, list[str]]:
+    done, problems = 0, []
+    for letter in list(letters):
+        try:
+            act(letter)
+            done += 1
+        except CannotResolve as error:  # closed meanwhile by someone else, or no longer replayable
+            problems.append(str(error))
+    return done, problems

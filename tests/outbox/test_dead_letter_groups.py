@@ -1,0 +1,132 @@
+"""Failed messages in groups (issue 48 §1): a downstream outage fails hundreds of messages for one
+cause; operators see them as one group, with its count, first and last failure and a sample, and
+replay or discard it whole, from the admin, `manage.py dead_letters` or a script reading JSON."""
+
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+from django.urls import reverse
+
+from outbox.console.dead_letter_groups import open_groups
+from outbox.core.dead_letters import record_dead_letter
+from outbox.core.fingerprints import error_fingerprint, shape
+from outbox.models import DeadLetter, OutboxMessage
+from tests.outbox.test_packs import envelopes
+
+pytestmark = pytest.mark.integration
+
+
+class GatewayDown(Exception):
+    pass
+
+
+def test_what_varies_from_message_to_message_is_taken_out_of_the_fingerprint():
+    one = f"delivery {uuid.uuid4()} not found after 3 attempts at 2026-12-06T06:50:08.421Z (token 9f86d081884c7d65)"
+    other = f"delivery {uuid.uuid4()} not found after 12 attempts at 2026-12-07 11:02:00 (token 2c26b46b68ffc68f)"
+    assert shape(one) == "delivery <id> not found after <n> attempts at <time> (token <id>)"
+    assert error_fingerprint("GatewayDown", one) == error_fingerprint("GatewayDown", other)
+    assert error_fingerprint("GatewayDown", one) != error_fingerprint("TimeoutError", one)  # another cause
+    assert error_fingerprint("GatewayDown", one) != error_fingerprint("GatewayDown", "delivery refused by the gateway")
+    assert shape("deadbeef and cafebabe are words") == "deadbeef and cafebabe are words"  # no digit: not an id
+
+
+def letters(count: int, error: Exception, *, subscriber: str = "probe_b") -> list[dict]:
+    sent = envelopes(count)
+    for n, envelope in enumerate(sent):
+        record_dead_letter(
+            subscriber=subscriber, body=envelope, reason="handler_error", error=type(error)(f"{error} #{n}")
+        )
+    return sent
+
+
+def test_open_letters_of_one_cause_make_one_group_the_largest_first(db):
+    outage = letters(3, GatewayDown("gateway 10.0.0.7 refused delivery"))
+    other = letters(1, KeyError("no such drone"))
+
+    big, small = open_groups()
+    assert (big.letters, big.subscriber, big.event_type, big.reason) == (3, "probe_b", "probe.pinged", "handler_error")
+    assert big.exception_type.endswith("GatewayDown") and big.error.startswith("gateway 10.0.0.7 refused")
+    assert big.sample_id == DeadLetter.objects.get(message_id=outage[-1]["message_id"]).pk  # the latest
+    assert big.first_failed_at <= big.last_failed_at and big.failed_again_after_replay == 0
+    assert small.letters == 1 and small.key != big.key
+    assert DeadLetter.objects.get(message_id=other[0]["message_id"]).fingerprint == small.fingerprint
+
+
+def test_a_group_is_replayed_whole_once_and_says_so_when_it_fails_again(db, capsys):
+    outage = letters(3, GatewayDown("gateway down"))
+    letters(1, KeyError("no such drone"))
+    [group] = [g for g in open_groups() if g.letters == 3]
+
+    call_command("dead_letters", "list", "--groups")
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].split()[:3] == ["letters", "group", "subscriber"] and len(listed) == 3
+    assert listed[1].split()[:2] == ["3", group.key]
+
+    call_command("dead_letters", "replay", "--group", group.key)
+    assert f"replayed 3 dead letter(s) of group {group.key}" in capsys.readouterr().out
+    replayed = DeadLetter.objects.filter(message_id__in=[e["message_id"] for e in outage])
+    assert set(replayed.values_list("status", flat=True)) == {"replayed"}
+    assert OutboxMessage.objects.filter(target_subscriber="probe_b").count() == 3
+    with pytest.raises(CommandError, match=f"no open dead letters in a group '{group.key}'"):
+        call_command("dead_letters", "replay", "--group", group.key)  # nothing is sent twice
+    assert OutboxMessage.objects.filter(target_subscriber="probe_b").count() == 3
+
+    # The cause was not fixed: the replayed message fails again, and its group says so.
+    record_dead_letter(subscriber="probe_b", body=outage[0], reason="handler_error", error=GatewayDown("gateway down"))
+    [again] = [g for g in open_groups() if g.exception_type.endswith("GatewayDown")]
+    assert (again.letters, again.failed_again_after_replay) == (1, 1)
+    call_command("dead_letters", "list", "--groups")
+    assert "(failed again after replay: 1)" in capsys.readouterr().out
+
+
+def test_a_group_is_discarded_only_with_a_note_and_only_as_a_whole(db, capsys):
+    letters(2, GatewayDown("gateway down"))
+    [group] = open_groups()
+    with pytest.raises(CommandError, match="discard needs a --note"):
+        call_command("dead_letters", "discard", "--group", group.key)
+    with pytest.raises(CommandError, match="--group takes the whole group"):
+        call_command("dead_letters", "discard", "--group", group.key, "--subscriber", "probe_b", "--note", "x")
+    assert DeadLetter.objects.filter(status="open").count() == 2
+
+    call_command("dead_letters", "discard", "--group", group.key, "--note", "the gateway's own retries sent them")
+    assert set(DeadLetter.objects.values_list("status", flat=True)) == {"discarded"}
+
+
+def test_the_admin_shows_the_groups_and_replays_or_discards_one(admin_client):
+    letters(2, GatewayDown("gateway down"))
+    letters(1, KeyError("no such drone"))
+    url = reverse("admin:outbox_deadletter_groups")
+    [outage] = [g for g in open_groups() if g.letters == 2]
+
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count('class="group"') == 2 and f'data-key="{outage.key}"' in html
+    assert (
+        reverse("admin:outbox_deadletter_groups")
+        in admin_client.get(reverse("admin:outbox_deadletter_changelist")).content.decode()
+    )
+
+    refused = admin_client.post(url, {"action": "discard", "key": outage.key, "note": ""}, follow=True)
+    assert "A discard needs a note saying why" in refused.content.decode()  # the admin capitalises messages
+    assert DeadLetter.objects.filter(status="open").count() == 3
+
+    done = admin_client.post(url, {"action": "replay", "key": outage.key}, follow=True)
+    assert f"Replayed 2 dead letter(s) of group {outage.key}." in done.content.decode()
+    assert DeadLetter.objects.filter(status="replayed").count() == 2
+    assert 'class="group"' in done.content.decode() and done.content.decode().count('class="group"') == 1
+
+
+def test_the_groups_are_json_for_monitoring_scripts_behind_the_metrics_access(db, settings):
+    letters(2, GatewayDown("gateway down"))
+    settings.MONITORING_TOKEN = "a-long-random-monitoring-token"
+
+    assert Client().get("/dead-letter-groups").status_code == 401
+    answer = Client().get("/dead-letter-groups", headers={"Authorization": "Bearer a-long-random-monitoring-token"})
+    assert answer.status_code == 200
+    [group] = answer.json()["groups"]
+    assert (group["letters"], group["subscriber"], group["event_type"]) == (2, "probe_b", "probe.pinged")
+    assert group["key"] == open_groups()[0].key and group["last_failed_at"].startswith("20")
