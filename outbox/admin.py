@@ -212,12 +212,38 @@ class InboxMessageAdmin(ReadOnlyAdmin):
     search_fields = ["=message_id", "=correlation_id"]
 
 
+class DeadLetterStatus(admin.SimpleListFilter):
+    """The list opens on the open letters, what needs an operator; "All" is one click away (an
+    explicit choice, since Django's own "All" is what a bare URL shows)."""
+
+    title = "status"
+    parameter_name = "status"
+    ALL = "all"
+
+    def lookups(self, request, model_admin):
+        return [*DeadLetter.Status.choices, (self.ALL, "All")]
+
+    def value(self):
+        return super().value() or DeadLetter.Status.OPEN
+
+    def choices(self, changelist):
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request, queryset):
+        return queryset if self.value() == self.ALL else queryset.filter(status=self.value())
+
+
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdmin):
     # Five narrow columns: nine (each field its own) ran past the page at 1280 px beside the filters.
     list_display = ["letter", "reason_and_attempts", "status_and_replays", "last_failed", "timeline"]
     list_display_links = ["letter"]
-    list_filter = ["status", "subscriber", "reason", "type", "last_failed_at"]
+    list_filter = [DeadLetterStatus, "subscriber", "reason", "type", "last_failed_at"]
     search_fields = ["=message_id", "=correlation_id", "error"]
     actions = ["replay", "replay_group", "discard"]
     readonly_fields = [
@@ -299,7 +325,9 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     @admin.display(description="letter", ordering="type")
     def letter(self, letter):
-        return format_html("{}<br><small>to {} · #{}</small>", letter.type, letter.subscriber, letter.pk)
+        return format_html(
+            "{}<br><small>to {} · #{}</small>", letter.type or "(no event type)", letter.subscriber, letter.pk
+        )
 
     @admin.display(description="reason", ordering="reason")
     def reason_and_attempts(self, letter):

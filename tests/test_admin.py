@@ -1,15 +1,20 @@
 """The operators' console: staff only, read-only state, actions that call services."""
 
+import re
 from datetime import timedelta
+from types import SimpleNamespace
 from uuid import UUID
 
 import pytest
 from django.contrib.auth.models import User
+from django.template.loader import render_to_string
 from django.test import Client
 from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Drone
+from outbox.console.dead_letter_actions import discard_dead_letter
+from outbox.core.dead_letters import record_dead_letter
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.console import act
@@ -40,6 +45,46 @@ def test_the_dead_letter_list_filters_by_subscriber_reason_type_and_date(admin_c
     html = page.content.decode()
     for name in ("By subscriber", "By reason", "By type", "By last failed at"):
         assert name.lower() in html.lower()
+
+
+def test_the_dead_letter_list_opens_on_the_open_letters_and_names_a_missing_event_type(admin_client):
+    a_dead_letter()
+    record_dead_letter(subscriber="probe_a", body="not an envelope", reason="invalid_envelope", error=ValueError("x"))
+    closed = a_dead_letter()
+    discard_dead_letter(letter_id=closed.pk, by="ops", note="a test")
+
+    page = admin_client.get("/admin/outbox/deadletter/")
+    assert page.context["cl"].result_count == 2  # the discarded one is under "All", a click away
+    html = page.content.decode()
+    assert "(no event type)<br><small>to probe_a" in html
+    [status] = [spec for spec in page.context["cl"].filter_specs if getattr(spec, "parameter_name", "") == "status"]
+    choices = list(status.choices(page.context["cl"]))
+    assert [c["display"] for c in choices if c["selected"]] == ["Open"] and choices[-1]["display"] == "All"
+    assert admin_client.get("/admin/outbox/deadletter/?status=all").context["cl"].result_count == 3
+    assert admin_client.get("/admin/outbox/deadletter/?status=discarded").context["cl"].result_count == 1
+
+
+def test_a_deliverys_timeline_table_gives_each_time_with_its_zone_and_keeps_event_names_whole(admin_client):
+    html = render_to_string(
+        "admin/outbox/timeline_table.html",
+        {
+            "events": [
+                SimpleNamespace(
+                    type="delivery.confirmation_requested",
+                    version=1,
+                    message_id="m",
+                    occurred_at=timezone.now(),
+                    published_by="deliveries",
+                    stream="s",
+                    sequence=1,
+                    causation_id=None,
+                    subscribers=[],
+                )
+            ]
+        },
+    )
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} UTC", html)
+    assert '<strong style="white-space: nowrap">delivery.confirmation_requested</strong>' in html
 
 
 def test_a_dead_letter_page_shows_envelope_traceback_and_timeline_link(admin_client):
