@@ -398,9 +398,11 @@ DRONE_EXPEDITED_HEAD_START_SECONDS = float(os.environ.get("DRONE_EXPEDITED_HEAD_
 # A later pickup gets its drone reserved this long before the drone must leave to be there on time.
 DRONE_PICKUP_MARGIN_SECONDS = float(os.environ.get("DRONE_PICKUP_MARGIN_SECONDS", "60"))
 # While deliveries wait, free drones are offered to the line this often (drones/fleet_check.py).
-# The console's fleet map: its tiles (OpenStreetMap's by default, with the attribution their licence
-# asks for), or none at all ("": positions on a plain grid, for a console with no network).
-FLEET_MAP_TILE_URL = os.environ.get("FLEET_MAP_TILE_URL", "https://tile.openstreetmap.org/{z}/{x}/{y}.png")
+# The console's fleet map: tiles from FLEET_MAP_TILE_URL, e.g. OpenStreetMap's
+# https://tile.openstreetmap.org/{z}/{x}/{y}.png (with the attribution their licence asks for), or by
+# default none ("": positions on a plain grid with a scale; a console asks nothing of the internet
+# that it was not told to, and offline it would only fail in the browser's console).
+FLEET_MAP_TILE_URL = os.environ.get("FLEET_MAP_TILE_URL", "")
 FLEET_MAP_TILE_ATTRIBUTION = os.environ.get(
     "FLEET_MAP_TILE_ATTRIBUTION",
     '&copy; <a href="https://www.openstreetmap.org/copyright">OpenStreetMap</a> contributors',

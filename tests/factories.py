@@ -8,6 +8,7 @@ from django.test import Client
 from django.utils import timezone
 
 from deliveries.customers import create_customer
+from outbox.core.fingerprints import error_fingerprint
 from outbox.models import DeadLetter
 
 # What ships in the wheel: the deployable, the kernel and the contexts.
@@ -84,7 +85,9 @@ def a_dead_letter(**overrides) -> DeadLetter:
         "first_failed_at": now,
         "last_failed_at": now,
     }
-    return DeadLetter.objects.create(**{**fields, **overrides})
+    fields = {**fields, **overrides}
+    fields.setdefault("fingerprint", error_fingerprint(fields.get("exception_type", ""), fields["error"]))
+    return DeadLetter.objects.create(**fields)
 
 
 def requested(customer) -> UUID:

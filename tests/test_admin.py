@@ -231,3 +231,13 @@ def test_a_delivery_awaiting_a_confirmation_long_past_its_timeout_is_listed_as_o
     page = admin_client.get("/admin/deliveries/overduedelivery/")
 
     assert [d.pk for d in page.context["cl"].result_list] == [forgotten]
+
+
+def test_the_fleet_map_asks_no_tile_server_unless_one_is_configured(admin_client, settings):
+    """Offline, the default tile server failed in the browser's console only; now none is the default."""
+    assert 'data-tiles=""' in admin_client.get("/admin/drones/drone/map/").content.decode()
+    settings.FLEET_MAP_TILE_URL = "https://tiles.example.org/{z}/{x}/{y}.png"
+    assert (
+        'data-tiles="https://tiles.example.org/{z}/{x}/{y}.png"'
+        in admin_client.get("/admin/drones/drone/map/").content.decode()
+    )

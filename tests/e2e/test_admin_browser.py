@@ -16,7 +16,7 @@ from django.db import connections
 from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.models import DeadLetter
-from tests.factories import dead_letter_then_replay, requested
+from tests.factories import a_dead_letter, dead_letter_then_replay, requested
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
 from tests.waiting import wait_until
@@ -196,6 +196,14 @@ def test_the_fleet_map_draws_every_drone_in_its_state_with_no_network(
     assert page.locator("path.drone-maintenance").count() == 2
     assert page.locator("path.waiting").count() == 1
     assert page.locator("img.leaflet-tile").count() == 0  # nothing asked of a tile server
+    assert page.locator(".leaflet-control-scale-line").inner_text().strip()  # distances, with no tiles
+    assert "1 delivery waiting for a drone" in page.inner_text("#fleet-counts")
+    shown = page.locator("#fleet-map").bounding_box()
+    for mark in page.locator("path.drone, path.waiting, path.route").all():  # fitted: nothing off the edges
+        box = mark.bounding_box()
+        assert (
+            within(box, shown) and shown["y"] <= box["y"] and box["y"] + box["height"] <= shown["y"] + shown["height"]
+        )
     page.locator("path.drone-reserved").click(force=True)
     drone = Drone.objects.get(status=Drone.Status.RESERVED)
     assert page.locator(".leaflet-popup-content a").get_attribute("href").endswith(f"/drones/drone/{drone.pk}/change/")
@@ -209,7 +217,7 @@ def test_the_fleet_map_draws_every_drone_in_its_state_with_no_network(
 def test_the_fleet_map_falls_back_to_its_grid_when_the_tile_server_is_out_of_reach(
     live_server, fleet, browser, settings
 ):
-    """Issue 33: with OpenStreetMap's tiles (the default) out of reach, the map was an empty grey box."""
+    """Issue 33: with OpenStreetMap's tiles (then the default) out of reach, the map was an empty grey box."""
     settings.FLEET_MAP_TILE_URL = "http://127.0.0.1:9/{z}/{x}/{y}.png"  # nothing answers there: as offline
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
 
@@ -299,3 +307,25 @@ def test_the_api_docs_show_every_operation_with_nothing_from_the_internet(live_s
     page.wait_for_selector(".swagger-ui .opblock")
     assert page.locator(".swagger-ui .opblock").count() >= 7
     assert "Parser error" not in page.inner_text("body") and outside == []
+
+
+def test_an_operator_replays_a_group_of_one_cause_at_1280_px(live_server, db, browser, screenshots):
+    """Issue 48: two hundred letters of one outage were two hundred rows; now one group, one click."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    outage = [a_dead_letter(error=f"SMS gateway 10.0.0.{n} refused: 503 at 2026-12-06T06:{n:02}:00Z") for n in range(4)]
+    a_dead_letter(subscriber="probe_a", reason="invalid_payload", error="1 validation error for Pinged")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server, "/admin/outbox/deadletter/")
+
+    page.click("text=In groups of one cause")
+    page.wait_for_selector("#dead-letter-groups")
+    rows = page.locator("#dead-letter-groups tr.group")
+    assert rows.count() == 2 and rows.first.locator("td").first.inner_text().startswith("4")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    page.screenshot(path=str(screenshots / "dead-letter-groups.png"), full_page=True)
+
+    rows.first.locator("button[value=replay]").click()
+    page.wait_for_selector("text=Replayed 4 dead letter(s) of group")
+    assert page.locator("#dead-letter-groups tr.group").count() == 1
+    replayed = DeadLetter.objects.filter(pk__in=[letter.pk for letter in outage])
+    assert set(replayed.values_list("status", flat=True)) == {"replayed"}

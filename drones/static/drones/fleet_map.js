@@ -1,5 +1,6 @@
 // The console's fleet map: Leaflet (shipped as static files), refreshed from the admin's JSON.
-// With no tile server configured, or one it cannot reach (a closed network), it draws a plain grid.
+// With no tile server configured (the default: nothing is asked of the internet), or one it cannot
+// reach (a closed network), it draws a plain grid; a scale says the distances either way.
 (function () {
   "use strict";
   var element = document.getElementById("fleet-map");
@@ -18,7 +19,12 @@
     });
   }
   var layers = L.layerGroup().addTo(map);
-  var fitted = false;
+  L.control.scale({ imperial: false }).addTo(map);  // distances read off the map, tiles or not
+  // The view follows what is drawn (every drone, flight and waiting ring) until the operator moves it.
+  var moved = false;
+  ["mousedown", "wheel", "touchstart", "keydown"].forEach(function (name) {
+    element.addEventListener(name, function () { moved = true; }, { passive: true });
+  });
 
   function drawGrid() {
     // Without tiles: a line every 0.01 degree (about a kilometre) around what is shown.
@@ -40,13 +46,13 @@
       var mine = f[0] === element.dataset.delivery;
       L.polyline([f[1], f[2]], { color: mine ? "#c0392b" : "#1f6fd1", weight: mine ? 5 : 2, opacity: 0.7, className: mine ? "route route-selected" : "route" })
         .bindTooltip("delivery " + f[0]).addTo(layers);
-      if (mine) { points.push(f[1], f[2]); }
+      if (mine || !element.dataset.delivery) { points.push(f[1], f[2]); }
     });
     data.waiting.forEach(function (w) {
       var minutes = w[3] / 60, mine = w[0] === element.dataset.delivery;
       L.circleMarker([w[1], w[2]], { radius: Math.min(18, 5 + Math.sqrt(minutes) * 3), color: "#c0392b", weight: mine ? 4 : 1, fillOpacity: 0.25, className: "waiting" })
         .bindTooltip("waiting " + Math.round(minutes) + " min: delivery " + w[0]).addTo(layers);
-      if (mine) { points.push([w[1], w[2]]); }
+      if (mine || !element.dataset.delivery) { points.push([w[1], w[2]]); }
     });
     data.drones.forEach(function (d) {
       counts[d[2]] = (counts[d[2]] || 0) + 1;
@@ -60,8 +66,10 @@
       marker.addTo(layers);
       if (!element.dataset.delivery) { points.push([d[3], d[4]]); }
     });
-    document.getElementById("fleet-counts").textContent = Object.keys(counts).sort().map(function (k) { return counts[k] + " " + k.replace("_", " "); }).join(", ") + (data.truncated ? " (the first " + data.drones.length + " drones drawn)" : "");
-    if (!fitted && points.length) { map.fitBounds(points, { padding: [30, 30], maxZoom: 15 }); fitted = true; }
+    var said = Object.keys(counts).sort().map(function (k) { return counts[k] + " " + k.replace("_", " "); });
+    said.push(data.waiting.length + " " + (data.waiting.length === 1 ? "delivery" : "deliveries") + " waiting for a drone");
+    document.getElementById("fleet-counts").textContent = said.join(", ") + (data.truncated ? " (the first " + data.drones.length + " drones drawn)" : "");
+    if (!moved && points.length) { map.fitBounds(points, { padding: [30, 30], maxZoom: 15, animate: false }); }
     element.dataset.drawn = String(data.drones.length);
   }
 
