@@ -115,7 +115,9 @@ Links = Callable[[str, str], tuple[str, str]]  # (subscriber, type) -> (its hand
 def to_svg(g: Graph, *, counts: Counts | None = None, links: Links | None = None) -> str:
     """Lanes and rows, laid out without a layout engine, so the same graph is the same bytes."""
     width = LEFT * 2 + LANE * (len(g.contexts) + 0.5)
-    height = TOP + ROW * (len(g.routes) + 1)
+    drawn = {(s, route.event_type) for route in g.routes for s in route.subscribers}
+    elsewhere = sum(dead for key, (_, dead) in (counts or {}).items() if dead and key not in drawn)
+    height = TOP + ROW * (len(g.routes) + 1) + (ROW if elsewhere else 0)
     x = {c: LEFT + LANE * (i + 0.5) for i, c in enumerate(g.contexts)}
     body = [
         svg.group([svg.box(x[c] - 80, 10, 160, 28), svg.text(x[c], 28, c, anchor="middle")], cls="lane-head", context=c)
@@ -137,6 +139,9 @@ def to_svg(g: Graph, *, counts: Counts | None = None, links: Links | None = None
         parts.insert(0, svg.text(label_x, y - 5, route.label))
         cls = "edge timer" if route.timer else "edge nobody" if not route.subscribers else "edge"
         body.append(svg.group(parts, cls=cls, type=route.event_type, publisher=route.publisher))
+    if elsewhere:  # in the table below, and on the map too: a letter with no arrow to count it on
+        note = f"+ {elsewhere} open dead letter(s) on no arrow: no event type, or one nobody handles now"
+        body.append(svg.group([svg.text(LEFT, height - 12, note, cls="dead-count")], cls="dead elsewhere"))
     return svg.document(width, height, body, cls="choreography", title="The choreography: who publishes what to whom")
 
 

@@ -291,6 +291,12 @@ def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matter
     page.goto(f"{live_server.url}/admin/outbox/outboxmessage/overview/")
     assert "not to alarm" in page.inner_text("#ordering-hint")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    # Issue 48: the map ran past its box, its right-hand labels cut ("no subscri…"): now it fits whole.
+    picture = page.locator("#choreography-map svg")
+    assert within(picture.bounding_box(), page.locator("#choreography-map").bounding_box())
+    assert page.evaluate("(e) => e.scrollWidth <= e.clientWidth", page.locator("#choreography-map").element_handle())
+    for label in page.locator("#choreography-map svg text").all():
+        assert within(label.bounding_box(), picture.bounding_box()), label.text_content()
 
 
 def test_the_api_docs_show_every_operation_with_nothing_from_the_internet(live_server, db, browser):

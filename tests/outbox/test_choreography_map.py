@@ -93,6 +93,18 @@ def test_every_format_draws_every_route_and_escapes_what_it_is_given():
     assert '"orders" -> "billing" [label="order.placed v1,2"];' in dot
 
 
+def test_open_dead_letters_no_arrow_carries_are_counted_on_the_map_too():
+    """Issue 48: a letter with no event type, or of a type nobody handles now, was in the overview's
+    table but on no arrow of its map."""
+    g = graph(REGISTRY, DECLARED, leave_out=frozenset({"probe"}))
+    on_an_arrow = {("orders", 'bill.<paid> & "done"'): (3, 1)}
+    assert "on no arrow" not in to_svg(g, counts=on_an_arrow)
+
+    drawn = to_svg(g, counts={**on_an_arrow, ("billing", ""): (0, 2), ("shipping", "gone.type"): (0, 1)})
+    assert "+ 3 open dead letter(s) on no arrow" in drawn and 'class="dead elsewhere"' in drawn
+    assert "x1 dead" in drawn  # the one on its arrow still there
+
+
 def test_replacing_the_block_needs_its_markers():
     assert replace_block(f"a\n{MARKERS[0]}\nold\n{MARKERS[1]}\nb", "new\n") == (
         f"a\n{MARKERS[0]}\n```mermaid\nnew\n```\n{MARKERS[1]}\nb"
