@@ -15,8 +15,9 @@ from django.db import connections
 
 from deliveries.models import Delivery
 from drones.models import Drone
+from drones.services import seed_fleet
 from outbox.models import DeadLetter
-from tests.factories import a_dead_letter, dead_letter_then_replay, requested
+from tests.factories import BASE, a_dead_letter, dead_letter_then_replay, requested
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
 from tests.waiting import wait_until
@@ -335,3 +336,24 @@ def test_an_operator_replays_a_group_of_one_cause_at_1280_px(live_server, db, br
     assert page.locator("#dead-letter-groups tr.group").count() == 1
     replayed = DeadLetter.objects.filter(pk__in=[letter.pk for letter in outage])
     assert set(replayed.values_list("status", flat=True)) == {"replayed"}
+
+
+def test_the_fleet_map_under_load_fits_every_drone_and_waiting_delivery_at_1280_px(
+    live_server, customer, choreography, browser, screenshots, settings
+):
+    """Issue 48: under load the view was not fitted, and waiting rings ran off its edges."""
+    settings.FLEET_MAP_TILE_URL = ""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    seed_fleet(count=12, latitude=BASE[0], longitude=BASE[1], spread_km=8)
+    for _ in range(20):  # twelve get a drone, eight wait for one
+        choreography.deliver("delivery.requested", requested(customer), only="drones")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server, "/admin/drones/drone/map/")
+    page.wait_for_selector("#fleet-map[data-drawn='12']")
+    assert "12 reserved, 8 deliveries waiting for a drone" in page.inner_text("#fleet-counts")
+    shown = page.locator("#fleet-map").bounding_box()
+    for mark in page.locator("path.drone, path.waiting").all():
+        box = mark.bounding_box()
+        assert within(box, shown) and shown["y"] <= box["y"] <= shown["y"] + shown["height"] - box["height"]
+    page.screenshot(path=str(screenshots / "fleet-map-under-load.png"))
