@@ -10,15 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from drones.services import seed_fleet
-from harness import (
-    bench,
-    bench_floors,
-    bench_processes,
-    bench_sweep,
-    handler_cpu,
-    message_cost,
-    statement_counts,
-)
+from harness import bench, bench_floors, bench_processes, bench_sweep, handler_cpu, message_cost, statement_counts
 from harness.scratch import scratch_run
 from outbox.management.arguments import comma_separated, number, whole_number
 
