@@ -82,8 +82,14 @@ def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker
         return limit_ms is not None and (time.monotonic() - started) * 1000 >= limit_ms
 
     while position < len(bodies):
-        if position and out_of_time():
-            _hand_on(broker, subscriber, bodies[position:], pack)  # the pack has used one limit
+        # The pack has used one limit (or a pass of it failed with none left): the rest goes on alone.
+        if (position or not unpacked.share) and out_of_time():
+            _hand_on(
+                broker,
+                subscriber,
+                [b for p, b in enumerate(bodies) if p >= position and p not in unpacked.settled],
+                pack,
+            )
             break
         if together and unpacked.share and unpacked.may_share(position):
             position, owed, reports = _handle_together(unpacked, position, out_of_time)
@@ -164,6 +170,14 @@ def _handle_together(
                     # pack fails, comes again and is unpacked.
                     raise WorkRolledBack(f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler")
         except FailedInSharedTransaction:
+            if out_of_time():  # a second pass could take another limit: what failed is retried, the rest handed on
+                unpacked.share = False
+                unpacked.settled.update(failed)
+                return (
+                    start,
+                    [(_alone(unpacked.subscriber, unpacked.bodies[p], unpacked.pack), e) for p, e in failed.items()],
+                    [],
+                )
             continue
         return position, owed, reports
 
@@ -184,14 +198,19 @@ class _Unpacked:
         # (a dependency down fails them all), the rest is handled one by one, each in a transaction of
         # its own, so that a failing pack costs at most two passes again, not one a failure.
         self.share = True
+        self.settled: set[int] = set()  # positions already owed their retry, not to be handed on
 
     def may_share(self, position: int) -> bool:
         """Whether the envelope may be handled in a shared transaction: anything but one whose handler
-        has outside effects (what is not an envelope, or has no handler, is only dead-lettered)."""
+        has outside effects, or is ordered (what is not an envelope, or has no handler, is only
+        dead-lettered). An ordered handler's stream cursor is locked until its transaction ends:
+        shared, two packs taking two streams in opposite orders deadlock, and the one PostgreSQL
+        rolls back finds its earlier event stale on its second pass, dropped where alone it would
+        have been applied first."""
         body = self.bodies[position]
         event_type = body.get("type") if isinstance(body, dict) else None
         sub = subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
-        return sub is None or not sub.outside_effects
+        return sub is None or not (sub.outside_effects or sub.ordered)
 
     def handle(
         self,

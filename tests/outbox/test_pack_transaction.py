@@ -6,6 +6,7 @@ Which transaction a handler ran in is PostgreSQL's to say: the probe's handler, 
 `txid_current()`."""
 
 import logging
+import threading
 
 import pytest
 from django.conf import settings
@@ -13,12 +14,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
+from outbox.core import subscriptions
 from outbox.core.dead_letters import record_dead_letter
-from outbox.core.subscriptions import message_to, pack_of
+from outbox.core.subscriptions import message_to, pack_of, subscribe
 from outbox.handling.packs import dispatch_pack
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.testing import an_envelope
 from tests.outbox.test_packs import envelopes
 from tests.probe import handlers as probe
+from tests.probe.handlers import Pinged
 from tests.probe.models import Effect, Ping
 from tests.probe.services import send
 from tests.waiting import wait_until
@@ -180,3 +184,57 @@ def test_a_pack_whose_handlers_all_fail_is_handled_again_twice_at_most_not_once_
     assert DeadLetter.objects.filter(reason="handler_error").count() == 6
     assert [probe.runs[e["message_id"]] for e in sent] == [1] * 6  # no failed handler run twice
     assert REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) == redone + 2
+
+
+@pytest.fixture
+def ordered_probe():
+    """An ordered handler of probe_a's for this test, that holds its first message of each pack until
+    the other pack's has begun: two workers at once, each inside its stream."""
+    started, seen = threading.Barrier(2), []
+
+    @subscribe("probe_a", "probe.ordered", reader=Pinged, ordered=True)
+    def on_ordered(message):
+        seen.append((message.envelope.stream, message.envelope.sequence))
+        if message.payload.n == 0:
+            started.wait(10)
+
+    yield seen
+    subscriptions._subscriptions["probe_a"].pop("probe.ordered", None)
+
+
+def ordered(stream: str, sequence: int, n: int) -> dict:
+    return an_envelope("probe.ordered", {"n": n}, stream=stream, sequence=sequence).model_dump(mode="json")
+
+
+@pytest.mark.postgres
+def test_an_ordered_handler_commits_each_envelope_so_two_packs_never_deadlock_on_its_cursors(
+    transactional_db, broker, ordered_probe
+):
+    """Two packs with two streams in opposite orders, at once. Sharing a transaction, each held one
+    stream's cursor and waited for the other's: PostgreSQL broke the deadlock by rolling one back, and
+    on its second pass its first event, S#1, was stale behind S#2, dropped where alone it is applied."""
+    packs = [[ordered("S", 1, 0), ordered("T", 1, 1)], [ordered("T", 2, 0), ordered("S", 2, 1)]]
+    failures = []
+    redone = REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
+
+    def worker(bodies):
+        try:
+            dispatch_pack(subscriber="probe_a", bodies=bodies, broker=broker)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(bodies,)) for bodies in packs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert failures == []
+    # No deadlock broken, no pass rolled back: each pack's first event committed before the other's began.
+    assert (
+        REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
+    ) == redone
+    s = StreamCursor.objects.get(subscriber="probe_a", stream="S")
+    assert (s.last_sequence, s.stale) == (2, 0)  # S#1 applied, then S#2: neither dropped
