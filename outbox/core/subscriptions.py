@@ -75,7 +75,8 @@ def subscribe(
     (see `outbox.handling.ordering`). A handler with `outside_effects` does something the database
     cannot take back (sends an e-mail, calls a gateway): its envelopes are never handled in a pack's
     shared transaction, each is committed before the next starts, so no neighbour's failure can
-    roll its work back and have its effect happen again (see `outbox.handling.packs`).
+    roll its work back and have its effect happen again (see `outbox.handling.packs`); an `ordered`
+    handler's envelopes are committed alone too.
     """
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
