@@ -11,9 +11,9 @@ one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in o
 `outside_effects`: it is committed alone before the next one starts, so that no neighbour's failure
 can roll it back and have its effect happen again; and an ordered handler's, whose stream cursors
 a shared transaction would hold across envelopes (two packs deadlocked on them). The shared
-transaction has no savepoints (Django's cost more CPU than a transaction of their own): should a handler fail, the transaction is rolled back and the
-envelopes handled again in a new one, that handler not run again but its error taken where it
-would have gone alone; outcomes are counted and logged once committed. A pack is only ever each
+transaction has no savepoints (Django's cost more CPU than a transaction of their own): should a
+handler fail, the transaction is rolled back and the envelopes handled again in a new one, that
+handler not run again but its error taken where it would have gone alone; outcomes are counted and logged once committed. A pack is only ever each
 envelope's first attempt. One that fails, to be retried, leaves the pack: it is enqueued again, once
 the pack's transaction commits, as a message of its own, with the retry Dramatiq's Retries
 middleware would have given it (`retries` counted, the same backoff), and takes the ordinary path
