@@ -9,16 +9,16 @@ metrics and log line. The envelopes share one transaction (OUTBOX_PACK_TRANSACTI
 one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in one statement
 (`outbox.handling.receipts`: those sure to reach their handler), save an envelope whose handler has
 `outside_effects`: it is committed alone before the next one starts, so that no neighbour's failure
-can roll it back and have its effect happen again; and an ordered handler's, whose stream cursors
-a shared transaction would hold across envelopes (two packs deadlocked on them). The shared
+can roll it back and have its effect happen again; and an ordered handler's, whose stream cursors a
+shared transaction would hold across envelopes (two packs deadlocked on them). The shared
 transaction has no savepoints (Django's cost more CPU than a transaction of their own): should a
 handler fail, the transaction is rolled back and the envelopes handled again in a new one, that
-handler not run again but its error taken where it would have gone alone; outcomes are counted and logged once committed. A pack is only ever each
-envelope's first attempt. One that fails, to be retried, leaves the pack: it is enqueued again, once
-the pack's transaction commits, as a message of its own, with the retry Dramatiq's Retries
-middleware would have given it (`retries` counted, the same backoff), and takes the ordinary path
-from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is acknowledged once every envelope
-is processed, set aside or enqueued alone.
+handler not run again but its error taken where it would have gone alone; outcomes are counted and
+logged once committed. A pack is only ever each envelope's first attempt. One that fails, to be
+retried, leaves the pack: it is enqueued again, once the pack's transaction commits, as a message of
+its own, with the retry Dramatiq's Retries middleware would have given it (`retries` counted, the
+same backoff), and takes the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter).
+The pack is acknowledged once every envelope is processed, set aside or enqueued alone.
 
 Each envelope has Dramatiq's time limit to itself, as it would alone: the TimeLimit middleware arms
 one deadline a message, which a pack of slow handlers would share. So that a pack still ends within
