@@ -188,15 +188,22 @@ def close_every_broker_connection(cluster=None, *, queue_prefix: str = "") -> in
         return cluster.size
     if not queue_prefix:
         raise ValueError("name the queue prefix whose connections to close: the broker may be shared")
-    # One rabbitmqctl for them all: each call starts an Erlang VM, about a second of CPU.
-    closed = subprocess.run(
-        ["rabbitmqctl", "eval", _CLOSE_NAMED.replace("WANTED", f"prefix={queue_prefix}")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # One rabbitmqctl for them all: each call starts an Erlang VM, about a second of CPU. On a machine
+    # whose cores are all busy the CLI can fail to reach the node in its own time and exit 69
+    # (EX_UNAVAILABLE, the node answering all along): it is asked again, for up to a minute.
+    command = ["rabbitmqctl", "eval", _CLOSE_NAMED.replace("WANTED", f"prefix={queue_prefix}")]
+    deadline = time.monotonic() + 60
+    while True:
+        closed = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if closed.returncode != _CLI_UNAVAILABLE or time.monotonic() > deadline:
+            break
+        time.sleep(1)  # before the next VM: the last one found the node busy
+    if closed.returncode:
+        raise subprocess.CalledProcessError(closed.returncode, command, closed.stdout, closed.stderr)
     return int(closed.stdout.strip())
+
+
+_CLI_UNAVAILABLE = 69  # rabbitmqctl could not reach the node (sysexits' EX_UNAVAILABLE)
 
 
 # Closes every connection whose client named it with WANTED in its name; prints how many.
