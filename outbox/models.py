@@ -152,6 +152,9 @@ class DeadLetter(models.Model):
     last_failed_at = models.DateTimeField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN, db_index=True)
     replays = models.PositiveIntegerField(default=0)
+    last_replayed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was last sent again: its group tells what failed after."
+    )
     note = models.TextField(blank=True, help_text="Why it was discarded or replayed, for the audit trail.")
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=150, blank=True)

@@ -66,6 +66,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
         )
         resolve_letter(letter, DeadLetter.Status.REPLAYED, by=by, note=note)
         letter.replays += 1
+        letter.last_replayed_at = now
         letter.save()
     logger.info("replayed dead letter %s (%s for %s) by %s", letter.pk, letter.type, letter.subscriber, by or "?")
     return row

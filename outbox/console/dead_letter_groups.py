@@ -5,7 +5,9 @@ fingerprint (`outbox.core.fingerprints`: the error's type and its message with i
 times taken out). Operators replay or discard a whole group at once, from the admin or
 `manage.py dead_letters`, with the safety one letter has: only open letters, a discard needs a
 note, and a letter replayed is no longer open, so a second replay of the group finds nothing to
-send twice. A group whose letters failed again after a replay (the cause is not fixed) says so.
+send twice. A group that reappears after its replay says so: letters that were replayed and failed
+again (the cause is not fixed), and letters that failed for the first time after the group's last
+replay (they joined while the replay was under way, or since: the replay did not cover them).
 """
 
 import hashlib
@@ -27,6 +29,8 @@ class Group:
     fingerprint: str
     letters: int
     failed_again_after_replay: int  # open letters that had been replayed: the cause is not fixed
+    last_replayed_at: datetime | None  # the group's latest replay, of any of its letters, open or not
+    new_since_replay: int  # open letters never replayed that first failed after that replay
     first_failed_at: datetime
     last_failed_at: datetime
     sample_id: int  # the latest letter, to read its envelope and traceback
@@ -37,7 +41,11 @@ class Group:
         fields = asdict(self)
         fields["first_failed_at"] = self.first_failed_at.isoformat()
         fields["last_failed_at"] = self.last_failed_at.isoformat()
+        fields["last_replayed_at"] = self.last_replayed_at.isoformat() if self.last_replayed_at else None
         return fields
+
+
+_KEY = ("subscriber", "type", "reason", "fingerprint")  # what makes a group, as DeadLetter's fields
 
 
 def group_key(subscriber: str, event_type: str, reason: str, fingerprint: str) -> str:
@@ -51,7 +59,7 @@ def open_groups(*, subscriber: str = "", reason: str = "", event_type: str = "")
         if value:
             letters = letters.filter(**{field: value})
     rows = (
-        letters.values("subscriber", "type", "reason", "fingerprint")
+        letters.values(*_KEY)
         .annotate(
             letters=Count("id"),
             again=Count("id", filter=Q(replays__gt=0)),
@@ -63,23 +71,42 @@ def open_groups(*, subscriber: str = "", reason: str = "", event_type: str = "")
     )
     rows = list(rows)
     samples = DeadLetter.objects.in_bulk([row["sample"] for row in rows])
-    return [
-        Group(
-            key=group_key(row["subscriber"], row["type"], row["reason"], row["fingerprint"]),
-            subscriber=row["subscriber"],
-            event_type=row["type"],
-            reason=row["reason"],
-            fingerprint=row["fingerprint"],
-            letters=row["letters"],
-            failed_again_after_replay=row["again"],
-            first_failed_at=row["first"],
-            last_failed_at=row["last"],
-            sample_id=row["sample"],
-            exception_type=samples[row["sample"]].exception_type,
-            error=" ".join(samples[row["sample"]].error.split())[:300],
+    replayed = _last_replays()
+    groups = []
+    for row in rows:
+        key = tuple(row[field] for field in _KEY)
+        last_replay = replayed.get(key)
+        groups.append(
+            Group(
+                key=group_key(*key),
+                subscriber=row["subscriber"],
+                event_type=row["type"],
+                reason=row["reason"],
+                fingerprint=row["fingerprint"],
+                letters=row["letters"],
+                failed_again_after_replay=row["again"],
+                last_replayed_at=last_replay,
+                new_since_replay=_new_since(key, last_replay, letters) if last_replay else 0,
+                first_failed_at=row["first"],
+                last_failed_at=row["last"],
+                sample_id=row["sample"],
+                exception_type=samples[row["sample"]].exception_type,
+                error=" ".join(samples[row["sample"]].error.split())[:300],
+            )
         )
-        for row in rows
-    ]
+    return groups
+
+
+def _last_replays() -> dict[tuple, datetime]:
+    """The latest replay of each group that has had one, whatever its letters' status now."""
+    rows = (
+        DeadLetter.objects.filter(last_replayed_at__isnull=False).values(*_KEY).annotate(last=Max("last_replayed_at"))
+    )
+    return {tuple(row[field] for field in _KEY): row["last"] for row in rows}
+
+
+def _new_since(key: tuple, last_replay: datetime, letters) -> int:
+    return letters.filter(**dict(zip(_KEY, key, strict=True)), replays=0, first_failed_at__gt=last_replay).count()
 
 
 class NoSuchGroup(CannotResolve):

@@ -128,3 +128,38 @@ def test_the_groups_are_json_for_monitoring_scripts_behind_the_metrics_access(db
     [group] = answer.json()["groups"]
     assert (group["letters"], group["subscriber"], group["event_type"]) == (2, "probe_b", "probe.pinged")
     assert group["key"] == open_groups()[0].key and group["last_failed_at"].startswith("20")
+
+
+def test_letters_that_fail_after_a_groups_replay_say_the_group_reappeared(admin_client, capsys, settings):
+    """ServicePulse's warning: new messages failed in a group while its retry was under way. The
+    replay sent three; two more fail for the same cause before (or after) those are handled."""
+    letters(3, GatewayDown("gateway down"))
+    [group] = open_groups()
+    assert (group.last_replayed_at, group.new_since_replay) == (None, 0)
+    call_command("dead_letters", "replay", "--group", group.key)
+    capsys.readouterr()
+    assert open_groups() == []  # all three replayed, none open
+
+    letters(2, GatewayDown("gateway down"))  # the cause is not fixed: new failures, never replayed
+    [back] = open_groups()
+    assert back.key == group.key and back.letters == 2
+    assert (back.new_since_replay, back.failed_again_after_replay) == (2, 0)
+    replayed = DeadLetter.objects.filter(status="replayed")
+    assert back.last_replayed_at == replayed.latest("last_replayed_at").last_replayed_at
+
+    call_command("dead_letters", "list", "--groups")
+    assert "(new since its replay: 2)" in capsys.readouterr().out
+    html = admin_client.get(reverse("admin:outbox_deadletter_groups")).content.decode()
+    assert 'class="errornote new-since-replay">2 new since its replay at' in html
+    settings.MONITORING_TOKEN = "a-long-random-monitoring-token"
+    [shown] = (
+        Client()
+        .get("/dead-letter-groups", headers={"Authorization": "Bearer a-long-random-monitoring-token"})
+        .json()["groups"]
+    )
+    assert shown["new_since_replay"] == 2 and shown["last_replayed_at"].startswith("20")
+
+    # Replayed in turn, the group is gone again, and all five have been sent once each.
+    call_command("dead_letters", "replay", "--group", group.key)
+    assert open_groups() == [] and replayed.count() == 5
+    assert OutboxMessage.objects.filter(target_subscriber="probe_b").count() == 5

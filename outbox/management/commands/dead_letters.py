@@ -124,6 +124,7 @@ class Command(BaseCommand):
                 f"{g.letters:>7}  {g.key:<10}  {g.subscriber:<16} {g.reason:<20} {g.event_type or '?':<26} "
                 f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}  {g.error[:80]}"
                 + (f"  (failed again after replay: {again})" if again else "")
+                + (f"  (new since its replay: {g.new_since_replay})" if g.new_since_replay else "")
             )
 
     def _list(self, letters) -> None:
