@@ -18,6 +18,7 @@ from deliveries import selectors
 from deliveries.api import ERRORS, refused
 from deliveries.schemas import CamelSchema, RequestSchema
 from notifications import services as notifications
+from outbox.core.context_schemas import acting_as
 
 router = Router(tags=["notifications"])
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
@@ -63,9 +64,10 @@ def request_notifications(request, delivery_id: UUID, payload: NotifyMeRequestIn
     if selectors.delivery_of(request.auth, delivery_id) is None:
         raise HttpError(404, f"no delivery {delivery_id}")
     try:
-        created = notifications.request_notifications(
-            delivery_id=delivery_id, email_address=payload.email_address or "", sms=payload.sms or ""
-        )
+        with acting_as("notifications"):  # the address is the notifications context's to keep
+            created = notifications.request_notifications(
+                delivery_id=delivery_id, email_address=payload.email_address or "", sms=payload.sms or ""
+            )
     except notifications.TooManyRequests as error:
         return refused(409, error, "delivery")
     return Status(

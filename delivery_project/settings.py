@@ -81,6 +81,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # The API's requests under the deliveries context's role, the rest under the project's own.
+    "outbox.core.context_schemas.context_roles",
     "deliveries.middleware.json_method_not_allowed",
     # Last, as django-axes asks: it turns a locked-out login into its 429 page.
     "axes.middleware.AxesMiddleware",
@@ -274,6 +276,17 @@ OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
 OUTBOX_RELAY_PACK_SIZE = int(os.environ.get("OUTBOX_RELAY_PACK_SIZE", "20"))
 # A pack's envelopes share one transaction (0: a transaction each, as if each had come alone).
 OUTBOX_PACK_TRANSACTION = os.environ.get("OUTBOX_PACK_TRANSACTION", "1") != "0"
+# Each context owns its data (docs/architecture.md, "Where each context's data lives"): on
+# PostgreSQL each has a schema and a role of its own, and PostgreSQL refuses a query from one
+# context's code into another's tables; the kernel's tables are in the schema "outbox". The API
+# is the deliveries context's; the admin, the console and the commands run as the project's own
+# role, which owns them all. CONTEXT_SCHEMAS=0: every table in one schema, one role (SQLite: always).
+OUTBOX_CONTEXTS = ["packages", "drones", "deliveries", "notifications"] if _flag("CONTEXT_SCHEMAS", True) else []
+OUTBOX_CONTEXT_URLS = {"/api/": "deliveries"}
+OUTBOX_SCHEMA = "outbox"
+# Roles belong to the cluster: deployments sharing one give each a prefix of its own.
+OUTBOX_CONTEXT_ROLE_PREFIX = os.environ.get("OUTBOX_CONTEXT_ROLE_PREFIX", "context_")
+OUTBOX_TRANSACTION_POOLER = DATABASE_TRANSACTION_POOLER
 OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
 OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
 # After a failed round the relay waits 0.5 s, doubling up to this, each wait jittered (half to

@@ -125,6 +125,12 @@ def subscription(subscriber: str, event_type: str) -> Subscription | None:
     return _subscriptions.get(subscriber, {}).get(event_type)
 
 
+def context_of(subscriber: str) -> str | None:
+    """The context `subscriber`'s handlers live in (one subscriber, one context); None if unknown."""
+    handlers = _subscriptions.get(subscriber)
+    return next(iter(handlers.values())).context if handlers else None
+
+
 def subscribers() -> list[str]:
     """Every subscriber with at least one handler: one queue and one actor each."""
     return sorted(_subscriptions)

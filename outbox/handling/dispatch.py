@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind
 from psycopg.pq import TransactionStatus
 from pydantic import ValidationError
 
+from outbox.core import context_schemas
 from outbox.core.contracts import upcast
 from outbox.core.dead_letters import (
     Reason,
@@ -42,7 +43,7 @@ from outbox.core.dead_letters import (
 )
 from outbox.core.envelope import Envelope
 from outbox.core.publishing import handling
-from outbox.core.subscriptions import Received, Subscription, subscription, unprocessable_hook
+from outbox.core.subscriptions import Received, Subscription, context_of, subscription, unprocessable_hook
 from outbox.handling import log_context
 from outbox.handling.limits import within_limits
 from outbox.handling.ordering import Position, advance
@@ -121,10 +122,15 @@ def dispatch_for_outcome(
     the handler from running raises FailedInSharedTransaction, for the row to go."""
     started, outcome = time.perf_counter(), "retried"
     event_type = _field(body, "type")
+    # Its context's role, if it has one: kept by a worker's thread for its next message (of one
+    # context, most often), given back anywhere else (a test, outbox.testing.deliver).
+    role_before = context_schemas.enter(context_of(subscriber))
     try:
         outcome = _dispatch(subscriber, body, shared, failed, receipt)
         return outcome
     finally:
+        if CurrentMessage.get_current_message() is None:
+            context_schemas.leave(role_before)
         report = partial(_report, subscriber, body, event_type, outcome, time.perf_counter() - started)
         if reports is None:
             report()
@@ -274,7 +280,7 @@ def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error:
     try:
         with transaction.atomic():
             record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
-            with handling(envelope):
+            with handling(envelope), context_schemas.acting_as(context_of(subscriber)):
                 hook(envelope)
             _refuse_rolled_back_work(subscriber, envelope)  # or the letter itself would be rolled back
     except Exception as failure:  # the letter still gets written, saying the compensation failed too
@@ -336,7 +342,7 @@ def _handle_once(
                 if dead_lettered:
                     close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
                 return "stale"
-        with handling(envelope):
+        with handling(envelope), context_schemas.acting_as(sub.context):
             sub.handler(Received(envelope=envelope, payload=payload))
         _refuse_rolled_back_work(sub.subscriber, envelope)
         if dead_lettered:  # rare (a replay, or a copy the sweep gave up on): one UPDATE more

@@ -50,7 +50,16 @@ from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from outbox.core.subscriptions import HANDED_ON, actor_name, came_before, message_to, queue_name, subscription
+from outbox.core import context_schemas
+from outbox.core.subscriptions import (
+    HANDED_ON,
+    actor_name,
+    came_before,
+    context_of,
+    message_to,
+    queue_name,
+    subscription,
+)
 from outbox.handling.dispatch import (
     FailedInSharedTransaction,
     WorkRolledBack,
@@ -121,6 +130,7 @@ def _handle_together(
     owed, or its dead letter). Each time round one more handler is left out, so this ends; and a
     second failure ends the run there, the rest of the pack then handled one by one."""
     failed: dict[int, BaseException] = {}
+    context_schemas.enter(context_of(unpacked.subscriber))  # before the transaction, which cannot undo it
     end = start + 1
     while end < len(unpacked.bodies) and unpacked.may_share(end):
         end += 1

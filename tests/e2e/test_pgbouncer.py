@@ -172,7 +172,13 @@ def test_nothing_that_ships_keeps_state_in_a_database_session():
         for number, line in enumerate(source.read_text().splitlines(), 1):
             code = line.split("#")[0]
             advisory += "advisory_xact_lock" in code
-            if SESSION_STATE.search(code) and not (source.name == "wake_up.py" and "LISTEN {" in code):
+            if SESSION_STATE.search(code) and not (
+                (source.name == "wake_up.py" and "LISTEN {" in code)
+                # A context's role and the search_path are set for a session only on a direct
+                # connection (`_per_session`); through a pooler, SET LOCAL: tests/test_context_schemas.py
+                # captures the statements of a request through one.
+                or (source.name == "context_schemas.py" and ("ROLE" in code or "search_path" in code))
+            ):
                 found.append(f"{source.relative_to(base)}:{number}: {line.strip()}")
     assert advisory >= 4  # the scheduler's line, the sweep's pages, idempotency keys, notify-me
     assert found == []

@@ -55,6 +55,8 @@ DESCRIBING = {
     "OUTBOX_ASYNCAPI_VERSION",
     "OUTBOX_ASYNCAPI_SERVERS",
     "OUTBOX_ASYNCAPI_LEAVE_OUT",
+    "OUTBOX_CONTEXTS",  # which apps are contexts, and which URLs are whose: the deployment's own shape
+    "OUTBOX_CONTEXT_URLS",
 }
 
 

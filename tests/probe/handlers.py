@@ -11,9 +11,11 @@ from outbox.core.subscriptions import Received, subscribe
 from tests.probe.models import Outage
 from tests.probe.services import (
     Exploded,
+    current_role,
     current_transaction,
     insert_a_key_already_there,
     lose_the_connection,
+    read_another_contexts_table,
     record_effect,
     refuse_inside_a_service,
     run_a_statement_that_fails,
@@ -42,6 +44,8 @@ runs: Counter[str] = Counter()
 # The transaction (PostgreSQL's top-level id, whatever savepoint it ran in) each message's handler
 # ran in, for the pings told to "tell_transaction".
 transaction_of: dict[str, str] = {}
+# The role each message's handler ran under, for the pings told to "tell_role".
+role_of: dict[str, str] = {}
 # The pings whose handler ended its own session, once each.
 _lost_once: set[UUID] = set()
 
@@ -89,6 +93,10 @@ def a_on_pinged(message: Received[Pinged]) -> None:
             return  # the same trap, with a statement written by hand that the database refused
     if mode == "tell_transaction":
         transaction_of[str(message.envelope.message_id)] = current_transaction()
+    if mode == "tell_role":
+        role_of[str(message.envelope.message_id)] = current_role()
+    if mode == "reach_across":
+        read_another_contexts_table()
     _misbehave("probe_a", message.payload.fail.get("probe_a"))
     record_effect(
         subscriber="probe_a",

@@ -82,3 +82,17 @@ def current_transaction() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT txid_current()::text")
         return cursor.fetchone()[0]
+
+
+def current_role() -> str:
+    """The role PostgreSQL checks this transaction's privileges against."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        return cursor.fetchone()[0]
+
+
+def read_another_contexts_table() -> int:
+    """What no context's code should do: a query into another context's table (drones')."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM drones_drone")
+        return cursor.fetchone()[0]

@@ -1,0 +1,301 @@
+"""Each context owns its data, and PostgreSQL enforces it: a schema and a role per context.
+
+With `OUTBOX_CONTEXTS = ["orders", "invoices", ...]` on PostgreSQL, each listed app's tables live
+in a schema named for it and the kernel's in `OUTBOX_SCHEMA`; each context has a role
+(`OUTBOX_CONTEXT_ROLE_PREFIX` + its label, NOLOGIN) that may use its own schema and the kernel's
+tables, and nothing else. A query from one context's code into another's table is then refused by
+PostgreSQL itself, whoever wrote it and however (a raw SQL line, an admin filter, a report added
+next year): to the role of `orders` the schema `invoices` is not there ("relation invoices_invoice
+does not exist"), and named, it is not theirs ("permission denied for schema invoices").
+
+Who runs under which role:
+- a subscriber's handler, under its context's (dispatch and packs call `enter` before they open
+  the handler's transaction, and `acting_as` around the handler);
+- a request, under the role `OUTBOX_CONTEXT_URLS` names for its path (`context_roles` middleware),
+  and code that crosses contexts on purpose (the project's wiring) says so with `acting_as`;
+- operators (the admin, the console, the relay and every management command), under the role the
+  project connects as, which owns every schema: they read across contexts by design (the story of
+  one correlation id is every context's rows), and migrations need the owner.
+
+Why the schemas are made after `migrate` rather than by the migrations: `db_table` stays
+unqualified, so the models, their migrations and SQLite (the embedded default, unchanged) are the
+same everywhere. Every connection's `search_path` names every schema, `public` first: a table
+Django creates lands there, and `post_migrate` moves each context's tables into its schema (with
+their indexes, constraints and sequences; the rows do not move, so nothing in flight is touched).
+
+Session or transaction: on a direct connection a role is set for the session, only when it changes
+(`SET ROLE`, outside any transaction, so that no rollback takes it back): consecutive handlers of
+one context, or API requests, pay nothing. Through a transaction pooler (`OUTBOX_TRANSACTION_POOLER`)
+a session setting would follow the server connection to another client, so the role is set for the
+transaction only (`SET LOCAL ROLE`), once for each handler or request.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, connections, transaction
+from django.db.backends.signals import connection_created
+from django.http import JsonResponse
+
+OPERATOR = None  # the role the project connects as: the owner of every schema
+
+
+def enabled(conn=None) -> bool:
+    return bool(settings.OUTBOX_CONTEXTS) and (conn or connection).vendor == "postgresql"
+
+
+def role_of(context: str | None) -> str | None:
+    """The role `context`'s code runs under; None for the operator (or a context not listed)."""
+    if context is None or context not in settings.OUTBOX_CONTEXTS:
+        return OPERATOR
+    return f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}{context}"
+
+
+def search_path() -> str:
+    schemas = ["public", settings.OUTBOX_SCHEMA, *settings.OUTBOX_CONTEXTS]
+    return ", ".join(connection.ops.quote_name(s) for s in schemas)
+
+
+def _set_role(cursor, role: str | None, *, local: bool) -> None:
+    quote = connection.ops.quote_name
+    if role is None:
+        cursor.execute("SET LOCAL ROLE NONE" if local else "RESET ROLE")
+    else:
+        cursor.execute(f"SET {'LOCAL ' if local else ''}ROLE {quote(role)}")
+
+
+def _session_role(conn) -> str | None:
+    """The role this connection's session was last set to by `enter` (the operator on a new one).
+    Kept on the psycopg connection itself, not Django's wrapper: a pool hands a thread a different
+    one at each checkout, with whatever role its last user left it."""
+    return getattr(conn.connection, "_outbox_role", OPERATOR)
+
+
+# The role this thread's code is to run under: set by `enter`, applied to the connection at once
+# if it is open, else by `set_search_path_and_role` when the thread next connects or checks one
+# out of a pool. So a database that went away fails the first query (where the API answers 503),
+# not the middleware, and a reconnection comes back under the role, not the operator's.
+_wanted: ContextVar[str | None] = ContextVar("outbox_context_role", default=OPERATOR)
+
+
+def enter(context: str | None) -> str | None:
+    """From here on this thread's code acts as `context` (None: the operator), for the session,
+    set only when it changes; through a pooler `acting_as` sets it per transaction instead.
+    Returns the role to give `leave` to go back."""
+    before = _wanted.get()
+    _wanted.set(role_of(context))
+    conn = connections["default"]
+    if conn.connection is not None and not conn.in_atomic_block and _per_session(conn):
+        with suppress(DatabaseError):  # closed: the first query connects again, under the role, or fails there
+            _apply(conn)
+    return before
+
+
+def leave(before: str | None) -> None:
+    """Back to the role `enter` found. A pooled connection is only marked: it goes back to the
+    pool at the end of the request, and the next checkout applies whatever its user wants."""
+    _wanted.set(before)
+    conn = connections["default"]
+    if conn.connection is not None and not conn.in_atomic_block and _per_session(conn) and not conn.pool:
+        _apply(conn)
+
+
+def _per_session(conn) -> bool:
+    return enabled(conn) and not settings.OUTBOX_TRANSACTION_POOLER
+
+
+def _apply(conn) -> None:
+    role = _wanted.get()
+    if _session_role(conn) == role:
+        return
+    try:
+        with conn.cursor() as cursor:
+            _set_role(cursor, role, local=False)
+    except DatabaseError:  # the connection is gone (a restart, a failover): the next one gets the role
+        conn.close()
+        raise
+    conn.connection._outbox_role = role
+
+
+@contextmanager
+def acting_as(context: str | None) -> Iterator[None]:
+    """Run the block as `context` (None: the operator), then as before. Outside a transaction the
+    session's role changes and changes back; inside one, the transaction's (SET LOCAL), unless the
+    session acts as `context` already, which costs nothing. Through a pooler, outside a
+    transaction, the block becomes one."""
+    conn = connections["default"]
+    if not enabled(conn):
+        yield
+        return
+    if not conn.in_atomic_block:
+        if settings.OUTBOX_TRANSACTION_POOLER:
+            with transaction.atomic(), acting_as(context):  # a session's role would leak through the pooler
+                yield
+            return
+        before = enter(context)
+        try:
+            yield
+        finally:
+            leave(before)
+        return
+    role = role_of(context)
+    local_before = getattr(conn, "_outbox_local_role", None)
+    if local_before is None and _session_role(conn) == role and _per_session(conn):
+        yield
+        return
+    with conn.cursor() as cursor:
+        _set_role(cursor, role, local=True)
+    conn._outbox_local_role = (role,)
+    try:
+        yield
+    finally:
+        conn._outbox_local_role = local_before
+        if not conn.needs_rollback and not _aborted(conn):
+            with conn.cursor() as cursor:
+                previous = local_before[0] if local_before else _session_role(conn)
+                _set_role(cursor, previous, local=True)
+
+
+def _aborted(conn) -> bool:
+    from psycopg.pq import TransactionStatus
+
+    return conn.connection is not None and conn.connection.info.transaction_status == TransactionStatus.INERROR
+
+
+def set_search_path_and_role(sender, connection, **kwargs) -> None:
+    """connection_created, sent for a new connection and for each checkout from a pool.
+
+    Every connection sees every schema: the models' unqualified tables are found wherever their
+    context's schema is. The database's own setting (own_schemas) gives it to new sessions; this
+    covers one opened before, or a role that may not ALTER DATABASE; once for each psycopg
+    connection. Not through a pooler: its server sessions have the database's, and a SET would
+    follow one to another client. Then the role this thread wants (`enter`)."""
+    if not _per_session(connection) or connection.alias != "default":
+        return
+    if not getattr(connection.connection, "_outbox_search_path", False):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET search_path TO {search_path()}")
+        connection.connection._outbox_search_path = True
+    _apply(connection)
+
+
+connection_created.connect(set_search_path_and_role, dispatch_uid="outbox.context_schemas.search_path")
+
+
+def context_roles(get_response):
+    """Middleware: a request runs under the role of the context `OUTBOX_CONTEXT_URLS` names for the
+    longest prefix of its path, anything else under the operator's (the admin, health, metrics).
+    Through a pooler such a request is one transaction; should it not begin (no database), the
+    answer is a 503 the client retries, as the API's own."""
+    prefixes = sorted(settings.OUTBOX_CONTEXT_URLS.items(), key=lambda item: -len(item[0]))
+
+    def middleware(request):
+        context = next((ctx for prefix, ctx in prefixes if request.path.startswith(prefix)), None)
+        if context is None or not enabled():
+            return get_response(request)
+        if not settings.OUTBOX_TRANSACTION_POOLER:
+            before = enter(context)
+            try:
+                return get_response(request)
+            finally:
+                leave(before)
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    _set_role(cursor, role_of(context), local=True)
+                return get_response(request)  # whatever the view raised is a response by now
+        except (OperationalError, InterfaceError):  # BEGIN, SET or COMMIT: the database went away
+            unavailable = {"field": "database", "message": "unreachable"}
+            body = {"detail": "the database is unavailable; retry later", "errors": [unavailable]}
+            return JsonResponse(body, status=503, headers={"Retry-After": "1"})
+
+    return middleware
+
+
+def own_schemas(*, using: str = "default") -> list[str]:
+    """Give each context its schema and role, and the kernel its schema: create what is missing,
+    move each app's tables into its schema (the rows stay where they are: ALTER TABLE ... SET SCHEMA
+    changes the catalog only), and grant each role its own schema and the kernel's tables. Run after
+    every `migrate` (post_migrate), so that a table a later migration adds joins its schema; one
+    catalog query when all is in place already. What it did, one line each."""
+    from django.apps import apps
+
+    conn = connections[using]
+    if not enabled(conn):
+        return []
+    quote = conn.ops.quote_name
+    owners = {label: label for label in settings.OUTBOX_CONTEXTS} | {"outbox": settings.OUTBOX_SCHEMA}
+    home = {table: schema for label, schema in owners.items() for table in tables_of(apps.get_app_config(label))}
+    roles = [role_of(label) for label in settings.OUTBOX_CONTEXTS]
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = ANY(%s) AND c.relkind IN ('r', 'p') AND n.nspname = ANY(%s)",
+            [list(home), ["public", *owners.values()]],
+        )
+        misplaced = [(table, schema) for table, schema in cursor.fetchall() if home[table] != schema]
+        cursor.execute("SELECT count(*) FROM pg_roles WHERE rolname = ANY(%s)", [roles])
+        if not misplaced and cursor.fetchone()[0] == len(roles):
+            return []
+        done = []
+        for schema in owners.values():
+            cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+            cursor.execute(f"REVOKE ALL ON SCHEMA {quote(schema)} FROM PUBLIC")
+        for table, schema in misplaced:
+            cursor.execute(f"ALTER TABLE {quote(schema)}.{quote(table)} SET SCHEMA {quote(home[table])}")
+            done.append(f"moved {schema}.{table} into {home[table]}")
+        cursor.execute(
+            "SELECT rolsuper, pg_get_userbyid(datdba) = current_user FROM pg_roles, pg_database "
+            "WHERE rolname = current_user AND datname = current_database()"
+        )
+        superuser, owns_database = cursor.fetchone()
+        for label, role in zip(settings.OUTBOX_CONTEXTS, roles, strict=True):
+            _create_role(cursor, role, superuser=superuser)
+            for schema in (label, settings.OUTBOX_SCHEMA):
+                on, to = quote(schema), quote(role)
+                cursor.execute(f"GRANT USAGE ON SCHEMA {on} TO {to}")
+                cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {on} TO {to}")
+                cursor.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {on} TO {to}")
+            done.append(f"granted {role} its schema {label} and the kernel's {settings.OUTBOX_SCHEMA}")
+        if superuser or owns_database:  # for every later session too: psql, a raw psycopg connection
+            cursor.execute(f"ALTER DATABASE {quote(conn.settings_dict['NAME'])} SET search_path TO {search_path()}")
+        # This session's too, at once. Through a pooler this server session keeps it for whichever
+        # client is next: the same search_path every client of this database has, or will have.
+        cursor.execute(f"SET search_path TO {search_path()}")
+    return done
+
+
+def after_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) -> None:
+    """post_migrate, once per `migrate` (sent for the kernel's app, after every app's migrations)."""
+    done = own_schemas(using=using)
+    if verbosity and stdout is not None:
+        for line in done:
+            stdout.write(f"  {line}\n")
+
+
+def tables_of(app_config) -> list[str]:
+    """The tables an app's migrations made (no proxy's or unmanaged model's: one table, listed once)."""
+    tables = []
+    for model in app_config.get_models(include_auto_created=True):
+        if model._meta.managed and not model._meta.proxy:
+            tables.append(model._meta.db_table)
+    return tables
+
+
+def _create_role(cursor, role: str, *, superuser: bool) -> None:
+    """NOLOGIN: nobody connects as it; the project's role sets it (SET ROLE), so must be a member.
+    Roles belong to the cluster, not the database: another database (a test run's) may be making
+    the same one at this moment."""
+    literal = role.replace("'", "''")
+    cursor.execute(
+        "DO $$ BEGIN "
+        f"IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') "
+        f'THEN CREATE ROLE "{role}" NOLOGIN; END IF; '
+        "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+    )
+    if not superuser:
+        cursor.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", [role])
+        if not cursor.fetchone()[0]:
+            cursor.execute(f'GRANT "{role}" TO CURRENT_USER')

@@ -1,0 +1,193 @@
+"""Each context owns its data, and PostgreSQL enforces it (issue 49 §1, outbox.core.context_schemas).
+
+On PostgreSQL each context's tables are in a schema of its own and the kernel's in `outbox`; a
+handler runs under its context's role, an API request under the deliveries context's, and a query
+from one context's code into another context's table is refused by PostgreSQL itself. The admin
+and the commands run as the project's own role. SQLite, the embedded default, is unchanged."""
+
+import pytest
+from django.apps import apps
+from django.conf import settings
+from django.core.management import call_command
+from django.db import ProgrammingError, connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from drones.models import Drone
+from outbox.core import context_schemas
+from outbox.core.context_schemas import own_schemas, role_of, search_path
+from outbox.core.subscriptions import message_to
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from tests.factories import Customer, envelope, requested
+from tests.probe import handlers as probe
+from tests.probe.models import Effect
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+CONTEXTS = ["packages", "drones", "deliveries", "notifications"]
+
+
+def schemas_of_tables() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tablename, schemaname FROM pg_tables WHERE schemaname NOT LIKE 'pg_%'")
+        return dict(cursor.fetchall())
+
+
+def tables_of(label: str) -> list[str]:
+    return context_schemas.tables_of(apps.get_app_config(label))
+
+
+def test_each_contexts_tables_are_in_a_schema_of_its_own_and_the_kernels_in_outbox(db):
+    if connection.vendor != "postgresql":  # the embedded default: one file, as Django names its tables
+        assert not context_schemas.enabled() and own_schemas() == []
+        return
+    where = schemas_of_tables()
+    for label in CONTEXTS:
+        assert {where[table] for table in tables_of(label)} == {label}
+    assert {where[table] for table in tables_of("outbox")} == {"outbox"}
+    assert where["auth_user"] == where["django_migrations"] == "public"  # Django's own stay where they were
+    assert own_schemas() == []  # all in place: a later migrate finds nothing to do
+
+
+@pytest.fixture
+def probe_is_a_context(settings, transactional_db):
+    """The probe (a test app with handlers of its own) made a context for the test: its schema and
+    its role; given back to `public` afterwards, so the other tests find its tables as before."""
+    settings.OUTBOX_CONTEXTS = [*settings.OUTBOX_CONTEXTS, "probe"]
+    own_schemas()
+    yield
+    with connection.cursor() as cursor:
+        for table in tables_of("probe"):
+            cursor.execute(f'ALTER TABLE probe."{table}" SET SCHEMA public')
+        cursor.execute("DROP SCHEMA probe")
+    settings.OUTBOX_CONTEXTS = [label for label in settings.OUTBOX_CONTEXTS if label != "probe"]
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET search_path TO {search_path()}')
+        cursor.execute(f"SET search_path TO {search_path()}")
+
+
+@pytest.mark.postgres
+def test_a_handler_runs_under_its_contexts_role_and_postgresql_refuses_it_another_contexts_table(
+    probe_is_a_context, worker, broker
+):
+    def deliver(subscriber: str, body: dict) -> None:
+        broker.enqueue(message_to(subscriber, body))
+
+    told = envelope(payload={"n": 1, "fail": {"probe_a": "tell_role"}})
+    deliver("probe_a", told)
+    wait_until(lambda: Effect.objects.filter(n=1).exists(), what="the probe's handler to take effect")
+    assert probe.role_of[told["message_id"]] == role_of("probe") == f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}probe"
+
+    across = envelope(payload={"n": 2, "fail": {"probe_a": "reach_across"}})
+    deliver("probe_a", across)
+    letter = wait_until(lambda: DeadLetter.objects.filter(subscriber="probe_a").first(), what="its dead letter")
+    assert letter.exception_type == "django.db.utils.ProgrammingError"
+    assert 'relation "drones_drone" does not exist' in letter.error  # to the probe's role, no such schema
+    assert not InboxMessage.objects.filter(message_id=across["message_id"]).exists()
+    Drone.objects.count()  # the table is there: the operator (this test) reads it
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("pooler", [False, True], ids=["session", "through a transaction pooler"])
+def test_an_api_request_runs_under_the_deliveries_role_and_is_refused_another_contexts_table(
+    transactional_db, settings, monkeypatch, pooler
+):
+    settings.OUTBOX_TRANSACTION_POOLER = pooler  # roles set per transaction (SET LOCAL), not per session
+    customer = Customer("roles")
+    delivery_id = requested(customer)  # the whole POST, under the deliveries role
+    assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="delivery.requested").exists()
+
+    from deliveries import selectors
+
+    seen, original = [], selectors.delivery_of
+
+    def reading_as(*args, **kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_user")
+            seen.append(cursor.fetchone()[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(selectors, "delivery_of", reading_as)
+    with CaptureQueriesContext(connection) as statements:
+        assert customer.get(f"/deliveries/{delivery_id}").status_code == 200
+    assert seen == [role_of("deliveries")]
+    roles = [q["sql"] for q in statements.captured_queries if "ROLE" in q["sql"] or "search_path" in q["sql"]]
+    if pooler:  # nothing a session keeps: the server session may be another client's next
+        assert roles == [f'SET LOCAL ROLE "{role_of("deliveries")}"']
+    else:
+        assert roles == [f'SET ROLE "{role_of("deliveries")}"', "RESET ROLE"]
+
+    def reaching_across(*args, **kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM drones.drones_drone")  # named, schema and all
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(selectors, "delivery_of", reaching_across)
+    client = Client(headers={"Authorization": f"Bearer {customer.token}"}, raise_request_exception=True)
+    with pytest.raises(ProgrammingError, match="permission denied for schema drones"):
+        client.get(f"/api/deliveries/{delivery_id}")
+
+    # The request left its connection as it found it: this test, the operator, reads every context.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user, session_user")
+        current, session = cursor.fetchone()
+    assert current == session
+    Drone.objects.count()
+
+
+@pytest.mark.postgres
+def test_the_admin_runs_as_the_projects_own_role_and_reads_every_context(admin_client, transactional_db):
+    for model in ("deliveries/delivery", "drones/drone", "packages/package", "notifications/notification"):
+        assert admin_client.get(f"/admin/{model}/").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user = session_user")
+        assert cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+def test_an_existing_deployment_moves_in_with_its_rows_and_its_messages_in_flight(choreography):
+    """Today's single schema, with deliveries at every step of the choreography and events not yet
+    handed on, moved into the schemas by `migrate` (its post_migrate): every row stays, and the
+    messages in flight go on to their subscribers. In the test's transaction (DDL is transactional
+    in PostgreSQL), so the move is undone afterwards."""
+    customer = Customer("moving")
+    deliveries = [requested(customer) for _ in range(6)]
+    for steps, delivery_id in enumerate(deliveries):  # the n-th delivery n events along
+        for row in choreography.pending(delivery_id, due_only=True)[:steps]:
+            choreography.hand_over(row)
+    before = {label: rows_of(label) for label in [*CONTEXTS, "outbox"]}
+    in_flight = {row.message_id for d in deliveries for row in choreography.pending(d)}
+    assert in_flight
+
+    with connection.cursor() as cursor:  # as deployments were before: every table in public
+        for label in [*CONTEXTS, "outbox"]:
+            schema = "outbox" if label == "outbox" else label
+            for table in tables_of(label):
+                cursor.execute(f'ALTER TABLE "{schema}"."{table}" SET SCHEMA public')
+            cursor.execute(f'DROP SCHEMA "{schema}"')
+    assert set(schemas_of_tables()[t] for t in tables_of("drones")) == {"public"}
+
+    call_command("migrate", verbosity=0)
+    assert {schemas_of_tables()[t] for t in tables_of("drones")} == {"drones"}
+    assert {label: rows_of(label) for label in [*CONTEXTS, "outbox"]} == before
+    assert {row.message_id for d in deliveries for row in choreography.pending(d)} == in_flight
+
+    for delivery_id in deliveries:  # each handler under its context's role, in the moved tables
+        choreography.settle(delivery_id)
+    assert not DeadLetter.objects.exists()
+    assert not [row for d in deliveries for row in choreography.pending(d, due_only=True)]
+
+
+def rows_of(label: str) -> dict[str, int]:
+    counts = {}
+    with connection.cursor() as cursor:
+        for table in tables_of(label):
+            cursor.execute(f'SELECT count(*) FROM "{table}"')
+            counts[table] = cursor.fetchone()[0]
+    return counts
+
+
+def test_a_context_not_listed_and_the_operator_have_no_role_of_their_own():
+    assert role_of(None) is None and role_of("no_such_context") is None
+    assert role_of("drones") == f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}drones"
