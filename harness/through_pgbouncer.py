@@ -19,7 +19,7 @@ from harness.pgbouncer import PgBouncer
 from harness.rig_processes import die_with_parent
 
 # What PgBouncer changes: claiming and relaying (leases, SKIP LOCKED), dispatch and ordering on
-# the inbox, publish, wake-ups, the admin's forms (server-side cursors), the chaos rig's short run.
+# the inbox, publish, wake-ups, the admin's forms (server-side cursors), the contexts' roles, the chaos rig's short run.
 DEFAULT_TESTS = [
     "tests/outbox/test_relay.py",
     "tests/outbox/test_dispatch.py",
@@ -27,6 +27,7 @@ DEFAULT_TESTS = [
     "tests/outbox/test_wake_ups.py",
     "tests/outbox/test_sweep.py",
     "tests/test_admin.py",
+    "tests/test_context_schemas.py",  # contexts' roles per transaction, never per session
     "tests/harness/test_chaos.py",
 ]
 

@@ -202,9 +202,7 @@ def context_roles(get_response):
             finally:
                 leave(before)
         try:
-            with transaction.atomic():
-                with connection.cursor() as cursor:
-                    _set_role(cursor, role_of(context), local=True)
+            with transaction.atomic(), acting_as(context):  # and back, should a transaction hold this one
                 return get_response(request)  # whatever the view raised is a response by now
         except (OperationalError, InterfaceError):  # BEGIN, SET or COMMIT: the database went away
             unavailable = {"field": "database", "message": "unreachable"}
