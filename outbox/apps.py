@@ -18,11 +18,12 @@ class OutboxConfig(AppConfig):
         fill_in_defaults()  # before any app's models, handlers or checks read one
 
     def ready(self):
-        from django.db.models.signals import post_migrate
+        from django.db.models.signals import post_migrate, pre_migrate
 
         from outbox.core import context_schemas
         from outbox.handling import actors, limits  # noqa: F401 (retention registers its check)
 
+        pre_migrate.connect(context_schemas.before_migrate, sender=self)
         post_migrate.connect(context_schemas.after_migrate, sender=self)
         actors.autodiscover()
         limits.check_configuration()

@@ -35,11 +35,12 @@ from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
-from django.http import JsonResponse
+from psycopg.pq import TransactionStatus
 
 OPERATOR = None  # the role the project connects as: the owner of every schema
+_IDLE = TransactionStatus.IDLE
 
 
 def enabled(conn=None) -> bool:
@@ -130,13 +131,13 @@ def acting_as(context: str | None) -> Iterator[None]:
         yield
         return
     if not conn.in_atomic_block:
-        if settings.OUTBOX_TRANSACTION_POOLER:
-            with transaction.atomic(), acting_as(context):  # a session's role would leak through the pooler
-                yield
-            return
         before = enter(context)
         try:
-            yield
+            if settings.OUTBOX_TRANSACTION_POOLER:  # each transaction the block begins is given the role
+                with conn.execute_wrapper(_per_transaction):
+                    yield
+            else:
+                yield
         finally:
             leave(before)
         return
@@ -158,9 +159,24 @@ def acting_as(context: str | None) -> Iterator[None]:
                 _set_role(cursor, previous, local=True)
 
 
-def _aborted(conn) -> bool:
-    from psycopg.pq import TransactionStatus
+def _per_transaction(execute, sql, params, many, context):
+    """An execute_wrapper, through a pooler: a transaction this thread begins is first given the
+    role it wants (`SET LOCAL ROLE`, ending with it), and a statement outside any transaction
+    becomes one, so that it runs under the role too (BEGIN, SET LOCAL, it, COMMIT). A transaction
+    begun before the block (a test's) is left as it is: its role is its own business."""
+    conn = context["connection"]
+    role = _wanted.get()
+    if role is OPERATOR:
+        return execute(sql, params, many, context)
+    if not conn.in_atomic_block:
+        with transaction.atomic(using=conn.alias):
+            return _per_transaction(execute, sql, params, many, context)
+    if conn.connection.info.transaction_status == _IDLE:  # its first statement: nothing ran in it yet
+        conn.connection.execute(f"SET LOCAL ROLE {conn.ops.quote_name(role)}")
+    return execute(sql, params, many, context)
 
+
+def _aborted(conn) -> bool:
     return conn.connection is not None and conn.connection.info.transaction_status == TransactionStatus.INERROR
 
 
@@ -187,27 +203,16 @@ connection_created.connect(set_search_path_and_role, dispatch_uid="outbox.contex
 def context_roles(get_response):
     """Middleware: a request runs under the role of the context `OUTBOX_CONTEXT_URLS` names for the
     longest prefix of its path, anything else under the operator's (the admin, health, metrics).
-    Through a pooler such a request is one transaction; should it not begin (no database), the
-    answer is a 503 the client retries, as the API's own."""
+    Nothing is asked of the database here: a database that went away fails the view's first
+    query, where the API answers 503."""
     prefixes = sorted(settings.OUTBOX_CONTEXT_URLS.items(), key=lambda item: -len(item[0]))
 
     def middleware(request):
         context = next((ctx for prefix, ctx in prefixes if request.path.startswith(prefix)), None)
         if context is None or not enabled():
             return get_response(request)
-        if not settings.OUTBOX_TRANSACTION_POOLER:
-            before = enter(context)
-            try:
-                return get_response(request)
-            finally:
-                leave(before)
-        try:
-            with transaction.atomic(), acting_as(context):  # and back, should a transaction hold this one
-                return get_response(request)  # whatever the view raised is a response by now
-        except (OperationalError, InterfaceError):  # BEGIN, SET or COMMIT: the database went away
-            unavailable = {"field": "database", "message": "unreachable"}
-            body = {"detail": "the database is unavailable; retry later", "errors": [unavailable]}
-            return JsonResponse(body, status=503, headers={"Retry-After": "1"})
+        with acting_as(context):
+            return get_response(request)
 
     return middleware
 
@@ -244,11 +249,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
         for table, schema in misplaced:
             cursor.execute(f"ALTER TABLE {quote(schema)}.{quote(table)} SET SCHEMA {quote(home[table])}")
             done.append(f"moved {schema}.{table} into {home[table]}")
-        cursor.execute(
-            "SELECT rolsuper, pg_get_userbyid(datdba) = current_user FROM pg_roles, pg_database "
-            "WHERE rolname = current_user AND datname = current_database()"
-        )
-        superuser, owns_database = cursor.fetchone()
+        superuser = _set_search_path(cursor, conn)
         for label, role in zip(settings.OUTBOX_CONTEXTS, roles, strict=True):
             _create_role(cursor, role, superuser=superuser)
             for schema in (label, settings.OUTBOX_SCHEMA):
@@ -257,12 +258,35 @@ def own_schemas(*, using: str = "default") -> list[str]:
                 cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {on} TO {to}")
                 cursor.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {on} TO {to}")
             done.append(f"granted {role} its schema {label} and the kernel's {settings.OUTBOX_SCHEMA}")
-        if superuser or owns_database:  # for every later session too: psql, a raw psycopg connection
-            cursor.execute(f"ALTER DATABASE {quote(conn.settings_dict['NAME'])} SET search_path TO {search_path()}")
-        # This session's too, at once. Through a pooler this server session keeps it for whichever
-        # client is next: the same search_path every client of this database has, or will have.
-        cursor.execute(f"SET search_path TO {search_path()}")
     return done
+
+
+def _set_search_path(cursor, conn) -> bool:
+    """The database's search_path, for every later session (psql, a raw psycopg connection, a
+    pooler's server sessions), if this role may set it; and this session's, at once. Through a
+    pooler this server session keeps it for whichever client is next: the search_path every
+    client of this database has, or will have. Whether this role is a superuser."""
+    cursor.execute(
+        "SELECT rolsuper, pg_get_userbyid(datdba) = current_user FROM pg_roles, pg_database "
+        "WHERE rolname = current_user AND datname = current_database()"
+    )
+    superuser, owns_database = cursor.fetchone()
+    if superuser or owns_database:
+        cursor.execute(
+            f"ALTER DATABASE {conn.ops.quote_name(conn.settings_dict['NAME'])} SET search_path TO {search_path()}"
+        )
+    cursor.execute(f"SET search_path TO {search_path()}")
+    return superuser
+
+
+def before_migrate(sender, using="default", **kwargs) -> None:
+    """pre_migrate: the database's search_path set before any table is made, so that a pooler's
+    server sessions opened from here on find the tables wherever migrate and own_schemas put them
+    (one opened before keeps the search_path it began with: docs/deployment.md)."""
+    conn = connections[using]
+    if enabled(conn):
+        with transaction.atomic(using=using), conn.cursor() as cursor:
+            _set_search_path(cursor, conn)
 
 
 def after_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) -> None:
