@@ -94,13 +94,17 @@ def enter(context: str | None) -> str | None:
     return before
 
 
-def leave(before: str | None) -> None:
-    """Back to the role `enter` found. A pooled connection is only marked: it goes back to the
-    pool at the end of the request, and the next checkout applies whatever its user wants."""
+def leave(before: str | None, *, at_checkout: bool = False) -> None:
+    """Back to the role `enter` found. With `at_checkout` (a request's, whose connection goes back
+    to the pool when it ends) the connection is only marked: the next checkout applies what its
+    user wants, so consecutive requests of one context pay nothing."""
     _wanted.set(before)
     conn = connections["default"]
-    if conn.connection is not None and not conn.in_atomic_block and _per_session(conn) and not conn.pool:
-        _apply(conn)
+    if at_checkout and conn.pool:
+        return
+    if conn.connection is not None and not conn.in_atomic_block and _per_session(conn):
+        with suppress(DatabaseError):  # the connection went meanwhile (closed): a new one starts as the operator
+            _apply(conn)
 
 
 def _per_session(conn) -> bool:
@@ -211,8 +215,14 @@ def context_roles(get_response):
         context = next((ctx for prefix, ctx in prefixes if request.path.startswith(prefix)), None)
         if context is None or not enabled():
             return get_response(request)
-        with acting_as(context):
+        if settings.OUTBOX_TRANSACTION_POOLER:
+            with acting_as(context):
+                return get_response(request)
+        before = enter(context)
+        try:
             return get_response(request)
+        finally:
+            leave(before, at_checkout=True)  # Django returns a pooled connection when the request ends
 
     return middleware
 
