@@ -25,7 +25,6 @@ from deliveries.customers import create_customer
 from harness.bench_api import a_request_body
 from harness.choreography import Choreography
 
-
 ROLE_SWITCHES = ("SET ROLE", "RESET ROLE", "SET LOCAL ROLE")
 
 
