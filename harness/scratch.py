@@ -48,6 +48,7 @@ def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
     try:
         scratch = Scratch(**{**scratch.__dict__, "database_url": _use_database(scratch.database)})
         call_command("migrate", interactive=False, verbosity=0, stdout=io.StringIO())
+        server_sessions_start_again(scratch.database)
         yield scratch
     finally:
         connection.close()
@@ -57,6 +58,20 @@ def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
         if not keep:
             admin.execute(f'DROP DATABASE IF EXISTS "{scratch.database}" WITH (FORCE)')
         admin.close()
+
+
+def server_sessions_start_again(database: str) -> None:
+    """Behind `./dev test-pgbouncer`: PgBouncer's server sessions opened while `migrate` ran may
+    keep the search_path they began with, from before the contexts' schemas were made; closed
+    (RECONNECT), the next ones begin with the database's (docs/deployment.md says the same of
+    production)."""
+    if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
+        from harness.pgbouncer import PgBouncer
+
+        connection.close()
+        if getattr(connection, "pool", None):
+            connection.close_pool()
+        PgBouncer(port=int(port)).close_server_connections(database)
 
 
 def connection_params() -> dict:

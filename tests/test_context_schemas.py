@@ -5,23 +5,23 @@ handler runs under its context's role, an API request under the deliveries conte
 from one context's code into another context's table is refused by PostgreSQL itself. The admin
 and the commands run as the project's own role. SQLite, the embedded default, is unchanged."""
 
-import os
-
 import pytest
 from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
-from django.db import ProgrammingError, connection
+from django.db import ProgrammingError, connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from drones.models import Drone
 from outbox.core import context_schemas
 from outbox.core.context_schemas import own_schemas, role_of, search_path
+from outbox.core.publishing import publish
 from outbox.core.subscriptions import message_to
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from tests.factories import Customer, envelope, requested
 from tests.probe import handlers as probe
+from tests.probe.events import ProbePinged
 from tests.probe.models import Effect
 from tests.waiting import wait_until
 
@@ -74,10 +74,9 @@ def probe_is_a_context(settings, transactional_db):
 def server_sessions_start_again() -> None:
     """Behind `./dev test-pgbouncer`, PgBouncer's server sessions keep the search_path they began
     with: closed (RECONNECT), the next ones begin with the database's new one (docs/deployment.md)."""
-    if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
-        from harness.pgbouncer import PgBouncer
+    from harness.scratch import server_sessions_start_again as restart
 
-        PgBouncer(port=int(port)).close_server_connections(connection.settings_dict["NAME"])
+    restart(connection.settings_dict["NAME"])
 
 
 @pytest.mark.postgres
@@ -206,3 +205,42 @@ def rows_of(label: str) -> dict[str, int]:
 def test_a_context_not_listed_and_the_operator_have_no_role_of_their_own():
     assert role_of(None) is None and role_of("no_such_context") is None
     assert role_of("drones") == f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}drones"
+
+
+def current_user() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["as deployed", "per transaction"])
+def test_code_that_crosses_contexts_on_purpose_acts_as_each_in_turn_and_then_as_before(
+    transactional_db, settings, per_transaction
+):
+    """The project's wiring (notify-me) asks one context inside a request of another: inside a
+    transaction too, the code after the inner block acts as the outer context again, not as the
+    owner; and back outside, this test is the operator again."""
+    settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
+    operator = current_user()
+    with context_schemas.acting_as("deliveries"):
+        assert current_user() == role_of("deliveries")
+        with transaction.atomic():
+            assert current_user() == role_of("deliveries")
+            with context_schemas.acting_as("notifications"):
+                assert current_user() == role_of("notifications")
+            assert current_user() == role_of("deliveries")
+        with context_schemas.acting_as("notifications"):  # outside a transaction
+            assert current_user() == role_of("notifications")
+        assert current_user() == role_of("deliveries")
+    assert current_user() == operator
+
+
+@pytest.mark.postgres
+def test_through_a_pooler_a_transaction_that_begins_with_publish_is_given_its_role_too(transactional_db, settings):
+    """publish()'s insert runs on psycopg's own cursor, below Django's, where no execute_wrapper
+    sees it: it gives the transaction its role itself, or everything after it would run as the owner."""
+    settings.OUTBOX_TRANSACTION_POOLER = True
+    with context_schemas.acting_as("deliveries"), transaction.atomic():
+        publish(ProbePinged(n=1), stream="ping:first-statement")
+        assert current_user() == role_of("deliveries")

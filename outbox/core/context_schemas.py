@@ -40,6 +40,7 @@ from django.db.backends.signals import connection_created
 from psycopg.pq import TransactionStatus
 
 OPERATOR = None  # the role the project connects as: the owner of every schema
+_UNKNOWN = object()  # a session whose role is being set
 _IDLE = TransactionStatus.IDLE
 
 
@@ -79,6 +80,9 @@ def _session_role(conn) -> str | None:
 # out of a pool. So a database that went away fails the first query (where the API answers 503),
 # not the middleware, and a reconnection comes back under the role, not the operator's.
 _wanted: ContextVar[str | None] = ContextVar("outbox_context_role", default=OPERATOR)
+# Inside an `acting_as` block begun outside a transaction: through a pooler, each transaction the
+# block begins is given `_wanted` (_per_transaction); a transaction begun before it is not.
+_scoped: ContextVar[bool] = ContextVar("outbox_context_role_scoped", default=False)
 
 
 def enter(context: str | None) -> str | None:
@@ -95,12 +99,14 @@ def enter(context: str | None) -> str | None:
 
 
 def leave(before: str | None, *, at_checkout: bool = False) -> None:
-    """Back to the role `enter` found. With `at_checkout` (a request's, whose connection goes back
-    to the pool when it ends) the connection is only marked: the next checkout applies what its
-    user wants, so consecutive requests of one context pay nothing."""
+    """Back to the role `enter` found. With `at_checkout` (a request's) a pooled connection goes
+    back to the pool with its role, as Django would return it when the request ends: the next
+    checkout applies what its user wants, so consecutive requests of one context pay nothing (and
+    a request made in-process, by the test client or `simulate`, leaves no role behind)."""
     _wanted.set(before)
     conn = connections["default"]
-    if at_checkout and conn.pool:
+    if at_checkout and conn.pool and not conn.in_atomic_block:
+        conn.close()  # back to the pool now, as Django would at the request's end (even in-process)
         return
     if conn.connection is not None and not conn.in_atomic_block and _per_session(conn):
         with suppress(DatabaseError):  # the connection went meanwhile (closed): a new one starts as the operator
@@ -115,6 +121,9 @@ def _apply(conn) -> None:
     role = _wanted.get()
     if _session_role(conn) == role:
         return
+    # Unknown until PostgreSQL has answered: should a time limit interrupt this (Dramatiq raises it
+    # in the thread), the next _apply sets the role again rather than trust a guess.
+    conn.connection._outbox_role = _UNKNOWN
     try:
         with conn.cursor() as cursor:
             _set_role(cursor, role, local=False)
@@ -136,6 +145,7 @@ def acting_as(context: str | None) -> Iterator[None]:
         return
     if not conn.in_atomic_block:
         before = enter(context)
+        scoped = _scoped.set(True)
         try:
             if settings.OUTBOX_TRANSACTION_POOLER:  # each transaction the block begins is given the role
                 with conn.execute_wrapper(_per_transaction):
@@ -143,11 +153,21 @@ def acting_as(context: str | None) -> Iterator[None]:
             else:
                 yield
         finally:
+            _scoped.reset(scoped)
             leave(before)
         return
     role = role_of(context)
     local_before = getattr(conn, "_outbox_local_role", None)
-    if local_before is None and _session_role(conn) == role and _per_session(conn):
+    # What the transaction acts as now: a SET LOCAL of an enclosing block, or through a pooler
+    # what _per_transaction gave it (what the code around wants), or the session's role.
+    if local_before is not None:
+        current = local_before[0]
+    elif settings.OUTBOX_TRANSACTION_POOLER and _scoped.get():
+        current = _wanted.get()
+        give_transaction_its_role(conn)  # before this block's SET LOCAL, should nothing have run yet
+    else:
+        current = _session_role(conn)
+    if current == role:
         yield
         return
     with conn.cursor() as cursor:
@@ -159,8 +179,7 @@ def acting_as(context: str | None) -> Iterator[None]:
         conn._outbox_local_role = local_before
         if not conn.needs_rollback and not _aborted(conn):
             with conn.cursor() as cursor:
-                previous = local_before[0] if local_before else _session_role(conn)
-                _set_role(cursor, previous, local=True)
+                _set_role(cursor, current, local=True)
 
 
 def _per_transaction(execute, sql, params, many, context):
@@ -169,15 +188,29 @@ def _per_transaction(execute, sql, params, many, context):
     becomes one, so that it runs under the role too (BEGIN, SET LOCAL, it, COMMIT). A transaction
     begun before the block (a test's) is left as it is: its role is its own business."""
     conn = context["connection"]
-    role = _wanted.get()
-    if role is OPERATOR:
+    if _wanted.get() is OPERATOR:
         return execute(sql, params, many, context)
     if not conn.in_atomic_block:
         with transaction.atomic(using=conn.alias):
             return _per_transaction(execute, sql, params, many, context)
-    if conn.connection.info.transaction_status == _IDLE:  # its first statement: nothing ran in it yet
-        conn.connection.execute(f"SET LOCAL ROLE {conn.ops.quote_name(role)}")
+    give_transaction_its_role(conn)
     return execute(sql, params, many, context)
+
+
+def give_transaction_its_role(conn) -> None:
+    """Through a pooler, inside `acting_as`: a transaction nothing has run in yet is given the role
+    its thread wants, first (`SET LOCAL ROLE`). For a statement run below Django's cursors
+    (publish()'s insert), which no execute_wrapper sees."""
+    role = _wanted.get()
+    if (
+        _scoped.get()
+        and role is not OPERATOR
+        and settings.OUTBOX_TRANSACTION_POOLER
+        and enabled(conn)
+        and conn.in_atomic_block
+        and conn.connection.info.transaction_status == _IDLE
+    ):
+        conn.connection.execute(f"SET LOCAL ROLE {conn.ops.quote_name(role)}")
 
 
 def _aborted(conn) -> bool:
@@ -212,7 +245,7 @@ def context_roles(get_response):
     prefixes = sorted(settings.OUTBOX_CONTEXT_URLS.items(), key=lambda item: -len(item[0]))
 
     def middleware(request):
-        context = next((ctx for prefix, ctx in prefixes if request.path.startswith(prefix)), None)
+        context = next((ctx for prefix, ctx in prefixes if request.path_info.startswith(prefix)), None)
         if context is None or not enabled():
             return get_response(request)
         if settings.OUTBOX_TRANSACTION_POOLER:
@@ -256,6 +289,9 @@ def own_schemas(*, using: str = "default") -> list[str]:
         for schema in owners.values():
             cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
             cursor.execute(f"REVOKE ALL ON SCHEMA {quote(schema)} FROM PUBLIC")
+        # First in every search_path: a role that could create a table there could shadow another
+        # context's (PostgreSQL 15 revokes it by default; 14 grants it to everyone).
+        cursor.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
         for table, schema in misplaced:
             cursor.execute(f"ALTER TABLE {quote(schema)}.{quote(table)} SET SCHEMA {quote(home[table])}")
             done.append(f"moved {schema}.{table} into {home[table]}")
@@ -327,7 +363,9 @@ def _create_role(cursor, role: str, *, superuser: bool) -> None:
         f'THEN CREATE ROLE "{role}" NOLOGIN; END IF; '
         "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
     )
-    if not superuser:
-        cursor.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", [role])
-        if not cursor.fetchone()[0]:
-            cursor.execute(f'GRANT "{role}" TO CURRENT_USER')
+    if not superuser:  # the same race for the membership: whoever lost it checks it is there
+        member = f"pg_has_role(current_user, '{literal}', 'MEMBER')"
+        cursor.execute(
+            f'DO $$ BEGIN IF NOT {member} THEN GRANT "{role}" TO CURRENT_USER; END IF; '
+            f"EXCEPTION WHEN OTHERS THEN IF NOT {member} THEN RAISE; END IF; END $$"
+        )

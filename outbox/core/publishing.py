@@ -14,7 +14,7 @@ from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from outbox.core import wake_up
+from outbox.core import context_schemas, wake_up
 from outbox.core.contracts import Event
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscribers_of
@@ -319,6 +319,7 @@ def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connecti
     whose clock runs ahead does not hold its events back."""
     sql, params = numbered_insert(rows, connection=connection, due_now=due_now)
     connection.ensure_connection()
+    context_schemas.give_transaction_its_role(connection)  # through a pooler: no execute_wrapper sees this one
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
     # would quote every value into the text of the statement and parse it anew each time. Its
     # errors are Django's, as the ORM's are (a lost connection an OperationalError the API answers
