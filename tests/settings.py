@@ -49,3 +49,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Flights land at once, with few reports, so the choreography runs at test speed.
 DRONE_SIMULATION_SPEEDUP = 1_000_000
 DRONE_POSITION_REPORTS = 3
+
+# The probe (tests/probe) is a test app with handlers of its own, not one of the contexts: it runs as
+# the project's role, as outbox.W003 would say at every command the tests start.
+SILENCED_SYSTEM_CHECKS = ["outbox.W003"]

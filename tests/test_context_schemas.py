@@ -244,3 +244,18 @@ def test_through_a_pooler_a_transaction_that_begins_with_publish_is_given_its_ro
     with context_schemas.acting_as("deliveries"), transaction.atomic():
         publish(ProbePinged(n=1), stream="ping:first-statement")
         assert current_user() == role_of("deliveries")
+
+
+def test_a_listed_context_that_is_no_app_and_handlers_outside_every_context_are_said_at_start(settings):
+    from outbox.core.context_schemas import contexts_are_apps_and_own_their_handlers
+
+    said = contexts_are_apps_and_own_their_handlers()  # the tests' probe has handlers and is no context
+    assert {w.id for w in said} == {"outbox.W003"} and all("'probe'" in w.msg for w in said)
+    assert all("run as the project's own role" in w.msg for w in said)
+
+    settings.OUTBOX_CONTEXTS = [*settings.OUTBOX_CONTEXTS, "probe", "no_such_app"]
+    found = contexts_are_apps_and_own_their_handlers()
+    assert [f.id for f in found] == ["outbox.E003"] and "'no_such_app'" in found[0].msg
+
+    settings.OUTBOX_CONTEXTS = []  # one schema, one role: nothing to say
+    assert contexts_are_apps_and_own_their_handlers() == []

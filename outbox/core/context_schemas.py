@@ -34,7 +34,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 
+from django.apps import apps
 from django.conf import settings
+from django.core import checks
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 from psycopg.pq import TransactionStatus
@@ -266,8 +268,6 @@ def own_schemas(*, using: str = "default") -> list[str]:
     changes the catalog only), and grant each role its own schema and the kernel's tables. Run after
     every `migrate` (post_migrate), so that a table a later migration adds joins its schema; one
     catalog query when all is in place already. What it did, one line each."""
-    from django.apps import apps
-
     conn = connections[using]
     if not enabled(conn):
         return []
@@ -369,3 +369,36 @@ def _create_role(cursor, role: str, *, superuser: bool) -> None:
             f'DO $$ BEGIN IF NOT {member} THEN GRANT "{role}" TO CURRENT_USER; END IF; '
             f"EXCEPTION WHEN OTHERS THEN IF NOT {member} THEN RAISE; END IF; END $$"
         )
+
+
+@checks.register()
+def contexts_are_apps_and_own_their_handlers(app_configs=None, **kwargs):
+    """Each listed context must be an installed app (its tables are found through it); and a
+    subscriber whose handlers live outside every listed context runs as the project's own role,
+    which owns every table: said, so that it is a choice (a handler in a module nested deeper than
+    `<app>.<module>` counts as outside, as Subscription.context reads it)."""
+    from outbox.core.subscriptions import context_of, subscribers
+
+    if not settings.OUTBOX_CONTEXTS:
+        return []
+    found = [
+        checks.Error(
+            f"OUTBOX_CONTEXTS lists {label!r}, which is not an installed app's label",
+            hint="list the app labels of the contexts (INSTALLED_APPS), or take it out",
+            id="outbox.E003",
+        )
+        for label in settings.OUTBOX_CONTEXTS
+        if label not in {config.label for config in apps.get_app_configs()}
+    ]
+    for subscriber in subscribers():
+        context = context_of(subscriber)
+        if context not in settings.OUTBOX_CONTEXTS:
+            found.append(
+                checks.Warning(
+                    f"subscriber {subscriber!r} has its handlers in {context!r}, not in OUTBOX_CONTEXTS: "
+                    "they run as the project's own role, which may use every context's tables",
+                    hint=f"add {context!r} to OUTBOX_CONTEXTS, or move the handlers into a context's app",
+                    id="outbox.W003",
+                )
+            )
+    return found
