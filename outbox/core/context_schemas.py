@@ -26,8 +26,9 @@ their indexes, constraints and sequences; the rows do not move, so nothing in fl
 Session or transaction: on a direct connection a role is set for the session, only when it changes
 (`SET ROLE`, outside any transaction, so that no rollback takes it back): consecutive handlers of
 one context, or API requests, pay nothing. Through a transaction pooler (`OUTBOX_TRANSACTION_POOLER`)
-a session setting would follow the server connection to another client, so the role is set for the
-transaction only (`SET LOCAL ROLE`), once for each handler or request.
+a session setting would follow the server connection to another client, so the role is set for
+each transaction only (`SET LOCAL ROLE`): a handler's by dispatch, a request's by an execute_wrapper
+as each of its transactions begins (a statement outside one becomes one).
 """
 
 from collections.abc import Iterator
