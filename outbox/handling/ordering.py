@@ -74,6 +74,21 @@ _ADVANCE = (
 )
 
 
+def hold(*, subscriber: str, streams: list[str]) -> None:
+    """Lock the subscriber's cursors on `streams` (each made at 0 if new, which `advance` then moves
+    as it would have made it) until the transaction ends, in one statement. A pack holds every
+    stream of its ordered envelopes before it handles the first (`outbox.handling.packs`); taken
+    in the order given, which is sorted, two packs wait for each other and never deadlock."""
+    table = connection.ops.quote_name(StreamCursor._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (subscriber, stream, last_sequence, gaps, stale) "
+            f"VALUES {', '.join(['(%s, %s, 0, 0, 0)'] * len(streams))} "
+            f"ON CONFLICT (subscriber, stream) DO UPDATE SET stale = {table}.stale",
+            [value for stream in streams for value in (subscriber, stream)],
+        )
+
+
 def _move(cursor_id: int, last_sequence: int, sequence: int) -> None:
     """Move a cursor read (locked) at `last_sequence` to `sequence`, or count `sequence` as stale."""
     if sequence <= last_sequence:

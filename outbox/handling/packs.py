@@ -9,16 +9,20 @@ metrics and log line. The envelopes share one transaction (OUTBOX_PACK_TRANSACTI
 one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in one statement
 (`outbox.handling.receipts`: those sure to reach their handler), save an envelope whose handler has
 `outside_effects`: it is committed alone before the next one starts, so that no neighbour's failure
-can roll it back and have its effect happen again; and an ordered handler's, whose stream cursors a
-shared transaction would hold across envelopes (two packs deadlocked on them). The shared
-transaction has no savepoints (Django's cost more CPU than a transaction of their own): should a
-handler fail, the transaction is rolled back and the envelopes handled again in a new one, that
-handler not run again but its error taken where it would have gone alone; outcomes are counted and
-logged once committed. A pack is only ever each envelope's first attempt. One that fails, to be
-retried, leaves the pack: it is enqueued again, once the pack's transaction commits, as a message of
-its own, with the retry Dramatiq's Retries middleware would have given it (`retries` counted, the
-same backoff), and takes the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter).
-The pack is acknowledged once every envelope is processed, set aside or enqueued alone.
+can roll it back and have its effect happen again. The shared transaction has no savepoint an
+envelope (Django's cost more CPU than a transaction of their own): should a handler fail, what the
+pass did is rolled back and the envelopes handled again, that handler not run again but its error
+taken where it would have gone alone; outcomes are counted and logged once committed. An ordered
+handler's stream cursors are taken first, every stream of the pack at once in stream order, and a
+pass is rolled back to a savepoint taken once they are held: two packs of one ordered subscriber
+wait for each other instead of deadlocking, and a failed pass never lets another worker apply a
+later event of a held stream in between, which would leave the earlier one stale.
+
+A pack is only ever each envelope's first attempt. One that fails, to be retried, leaves the pack:
+it is enqueued again, once the pack's transaction commits, as a message of its own, with the retry
+Dramatiq's Retries middleware would have given it (`retries` counted, the same backoff), and takes
+the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is
+acknowledged once every envelope is processed, set aside or enqueued alone.
 
 Each envelope has Dramatiq's time limit to itself, as it would alone: the TimeLimit middleware arms
 one deadline a message, which a pack of slow handlers would share. So that a pack still ends within
@@ -45,7 +49,7 @@ from typing import Any
 
 import dramatiq
 from django.conf import settings
-from django.db import transaction
+from django.db import Error, transaction
 from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
@@ -53,6 +57,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 from outbox.core import context_schemas
 from outbox.core.subscriptions import (
     HANDED_ON,
+    Subscription,
     actor_name,
     came_before,
     context_of,
@@ -68,6 +73,7 @@ from outbox.handling.dispatch import (
     retry_delay_ms,
     rolled_back,
 )
+from outbox.handling.ordering import hold
 from outbox.handling.receipts import receive_together, withdraw_receipts
 from outbox.observability.metrics import PACKS_REDONE
 
@@ -124,61 +130,78 @@ def _handle_together(
     unpacked: "_Unpacked", start: int, out_of_time: Callable[[], bool]
 ) -> tuple[int, Owed, list[Callable[[], None]]]:
     """Handle the envelopes from `start` that may share a transaction in one, and commit it: where
-    they ended, the retries owed and the outcomes to report. No savepoints: should a handler fail,
-    the transaction is rolled back and the same envelopes handled again in a new one, the failed
+    they ended, the retries owed and the outcomes to report. No savepoint an envelope: should a
+    handler fail, what the pass did is rolled back and the same envelopes handled again, the failed
     handler not run again but its error taken down the path it would have taken alone (its retry
     owed, or its dead letter). Each time round one more handler is left out, so this ends; and a
-    second failure ends the run there, the rest of the pack then handled one by one."""
+    second failure ends the run there, the rest of the pack then handled one by one.
+
+    An ordered handler's stream cursors are all taken first, in stream order, and kept across
+    passes: a pass is rolled back to a savepoint taken once they are held, not with the transaction.
+    So two packs of one ordered subscriber wait for each other rather than deadlock, and no later
+    event of a held stream is applied in between two passes, leaving the earlier one stale."""
     failed: dict[int, BaseException] = {}
     context_schemas.enter(context_of(unpacked.subscriber))  # before the transaction, which cannot undo it
     end = start + 1
     while end < len(unpacked.bodies) and unpacked.may_share(end):
         end += 1
     while True:
-        owed: Owed = []
-        reports: list[Callable[[], None]] = []
-        position = start
         try:
             with transaction.atomic():
-                receipts = receive_together(
-                    unpacked.subscriber, {p: unpacked.bodies[p] for p in range(start, end) if p not in failed}
-                )
+                held = _hold_streams(unpacked, start, end)
                 while True:
+                    owed: Owed = []
+                    reports: list[Callable[[], None]] = []
+                    position = start
                     try:
-                        unpacked.handle(
-                            position,
-                            owed,
-                            reports,
-                            shared=True,
-                            failed=failed.get(position),
-                            receipt=receipts.get(position),
-                        )
-                    except FailedInSharedTransaction as failure:
-                        failed[position] = failure.error
-                        if len(failed) > 1:  # failing often (an outage): the rest of the pack goes one by one
-                            end, unpacked.share = position + 1, False
-                        PACKS_REDONE.labels(unpacked.subscriber).inc()
-                        logger.info(
-                            "%s rolls its pack back and handles it again without envelope %d of %d, whose handler "
-                            "failed: %s",
+                        receipts = receive_together(
                             unpacked.subscriber,
-                            position + 1,
-                            len(unpacked.bodies),
-                            failure,
+                            {p: unpacked.bodies[p] for p in range(start, end) if p not in failed},
                         )
-                        raise  # out of the atomic block: everything in it is rolled back
-                    position += 1
-                    if position == end or out_of_time():
-                        break
-                # What is left of a pack that has used its time limit goes on alone: not received here.
-                withdraw_receipts(
-                    unpacked.subscriber,
-                    [unpacked.bodies[p]["message_id"] for p in range(position, end) if receipts.get(p, (False,))[0]],
-                )
-                if rolled_back(transaction.get_connection()):
-                    # Nothing outside a handler should fail and go on; should something have, the
-                    # pack fails, comes again and is unpacked.
-                    raise WorkRolledBack(f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler")
+                        while True:
+                            try:
+                                unpacked.handle(
+                                    position,
+                                    owed,
+                                    reports,
+                                    shared=True,
+                                    failed=failed.get(position),
+                                    receipt=receipts.get(position),
+                                )
+                            except FailedInSharedTransaction as failure:
+                                failed[position] = failure.error
+                                if len(failed) > 1:  # failing often (an outage): the rest goes one by one
+                                    end, unpacked.share = position + 1, False
+                                PACKS_REDONE.labels(unpacked.subscriber).inc()
+                                logger.info(
+                                    "%s rolls its pack back and handles it again without envelope %d of %d, "
+                                    "whose handler failed: %s",
+                                    unpacked.subscriber,
+                                    position + 1,
+                                    len(unpacked.bodies),
+                                    failure,
+                                )
+                                raise
+                            position += 1
+                            if position == end or out_of_time():
+                                break
+                    except FailedInSharedTransaction:
+                        if held is None or out_of_time() or not _back_to(held):
+                            raise  # out of the atomic block: everything in it is rolled back
+                        continue  # the streams still held
+                    # What is left of a pack that has used its time limit goes on alone: not received here.
+                    left = range(position, end)
+                    withdraw_receipts(
+                        unpacked.subscriber,
+                        [unpacked.bodies[p]["message_id"] for p in left if receipts.get(p, (False,))[0]],
+                    )
+                    if rolled_back(transaction.get_connection()):
+                        # Nothing outside a handler should fail and go on; should something have, the
+                        # pack fails, comes again and is unpacked.
+                        raise WorkRolledBack(
+                            f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler"
+                        )
+                    return position, owed, reports
         except FailedInSharedTransaction:
             if out_of_time():  # a second pass could take another limit: what failed is retried, the rest handed on
                 unpacked.share = False
@@ -188,8 +211,31 @@ def _handle_together(
                     [(_alone(unpacked.subscriber, unpacked.bodies[p], unpacked.pack), e) for p, e in failed.items()],
                     [],
                 )
-            continue
-        return position, owed, reports
+
+
+def _hold_streams(unpacked: "_Unpacked", start: int, end: int) -> str | None:
+    """Take the cursors of every stream the ordered envelopes from `start` to `end` belong to, in
+    stream order, and a savepoint once they are held, for a failed pass to roll back to without
+    letting them go. None, and no statement, when no envelope there is an ordered handler's."""
+    streams = sorted({stream for p in range(start, end) if (stream := unpacked.ordered_stream(p)) is not None})
+    if not streams:
+        return None
+    hold(subscriber=unpacked.subscriber, streams=streams)
+    return transaction.savepoint()
+
+
+def _back_to(held: str) -> bool:
+    """Undo a failed pass back to where the streams were held; False if the session itself is gone
+    (then the transaction goes with it, and the next takes the streams again). The handler's failure
+    marked the transaction to be rolled back, which would refuse the rollback to the savepoint
+    itself: unmarked first, as Django's own `atomic` does, and marked again should that fail."""
+    transaction.set_rollback(False)
+    try:
+        transaction.savepoint_rollback(held)
+    except Error:  # psycopg's InterfaceError on a closed connection is not a DatabaseError
+        transaction.set_rollback(True)
+        return False
+    return True
 
 
 class _Unpacked:
@@ -212,15 +258,21 @@ class _Unpacked:
 
     def may_share(self, position: int) -> bool:
         """Whether the envelope may be handled in a shared transaction: anything but one whose handler
-        has outside effects, or is ordered (what is not an envelope, or has no handler, is only
-        dead-lettered). An ordered handler's stream cursor is locked until its transaction ends:
-        shared, two packs taking two streams in opposite orders deadlock, and the one PostgreSQL
-        rolls back finds its earlier event stale on its second pass, dropped where alone it would
-        have been applied first."""
+        has outside effects (what is not an envelope, or has no handler, is only dead-lettered)."""
+        sub = self._subscription(position)
+        return sub is None or not sub.outside_effects
+
+    def ordered_stream(self, position: int) -> str | None:
+        """The stream of an envelope whose handler is ordered, read from the body as it came (one
+        that turns out unreadable only has a cursor held, or made at 0, that it never moves)."""
+        sub = self._subscription(position)
+        stream = self.bodies[position].get("stream") if sub is not None and sub.ordered else None
+        return stream if isinstance(stream, str) else None
+
+    def _subscription(self, position: int) -> Subscription | None:
         body = self.bodies[position]
         event_type = body.get("type") if isinstance(body, dict) else None
-        sub = subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
-        return sub is None or not (sub.outside_effects or sub.ordered)
+        return subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
 
     def handle(
         self,

@@ -7,6 +7,7 @@ Which transaction a handler ran in is PostgreSQL's to say: the probe's handler, 
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -17,14 +18,16 @@ from prometheus_client import REGISTRY
 from outbox.core import subscriptions
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.subscriptions import message_to, pack_of, subscribe
+from outbox.handling.dispatch import dispatch
 from outbox.handling.packs import dispatch_pack
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
 from outbox.testing import an_envelope
+from tests.outbox.test_ordering import backend_pid, blocked_by
 from tests.outbox.test_packs import envelopes
 from tests.probe import handlers as probe
 from tests.probe.handlers import Pinged
 from tests.probe.models import Effect, Ping
-from tests.probe.services import send
+from tests.probe.services import current_transaction, send
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -186,55 +189,135 @@ def test_a_pack_whose_handlers_all_fail_is_handled_again_twice_at_most_not_once_
     assert REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) == redone + 2
 
 
+class OrderedProbe:
+    """An ordered handler of probe_a's for these tests, told what to do by its ping's `n`: 0 holds
+    until another thread's dispatch is waiting on this one's locks (or has begun a handler of its
+    own, which it should not be able to), 1 only says it began, 2 says so and then fails once that
+    other thread waits. Every handler says which transaction it ran in."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, int]] = []
+        self.transactions: list[str] = []
+        self.other_pid: list[int] = []  # the other thread's backend, once it has one
+        self.began, self.other_began = threading.Event(), threading.Event()
+
+    def handle(self, message) -> None:
+        self.seen.append((message.envelope.stream, message.envelope.sequence))
+        self.transactions.append(current_transaction())
+        n = message.payload.n
+        if n == 0:
+            self.began.set()
+            wait_until(lambda: self.other_began.is_set() or self.other_waits_on_me(), what="the other pack")
+        elif n == 1:
+            self.other_began.set()
+        elif n == 2:
+            self.began.set()
+            wait_until(self.other_waits_on_me, what="the lone event to wait for this pack's streams")
+            raise probe.Misbehaving("probe.ordered told to fail")
+
+    def other_waits_on_me(self) -> bool:
+        return bool(self.other_pid) and blocked_by(self.other_pid[0], backend_pid())
+
+
 @pytest.fixture
 def ordered_probe():
-    """An ordered handler of probe_a's for this test, that holds its first message of each pack until
-    the other pack's has begun: two workers at once, each inside its stream."""
-    started, seen = threading.Barrier(2), []
-
-    @subscribe("probe_a", "probe.ordered", reader=Pinged, ordered=True)
-    def on_ordered(message):
-        seen.append((message.envelope.stream, message.envelope.sequence))
-        if message.payload.n == 0:
-            started.wait(10)
-
-    yield seen
+    ordered_handler = OrderedProbe()
+    subscribe("probe_a", "probe.ordered", reader=Pinged, ordered=True)(ordered_handler.handle)
+    yield ordered_handler
     subscriptions._subscriptions["probe_a"].pop("probe.ordered", None)
 
 
-def ordered(stream: str, sequence: int, n: int) -> dict:
+def ordered(stream: str, sequence: int, n: int = 9) -> dict:
     return an_envelope("probe.ordered", {"n": n}, stream=stream, sequence=sequence).model_dump(mode="json")
 
 
-@pytest.mark.postgres
-def test_an_ordered_handler_commits_each_envelope_so_two_packs_never_deadlock_on_its_cursors(
-    transactional_db, broker, ordered_probe
-):
-    """Two packs with two streams in opposite orders, at once. Sharing a transaction, each held one
-    stream's cursor and waited for the other's: PostgreSQL broke the deadlock by rolling one back, and
-    on its second pass its first event, S#1, was stale behind S#2, dropped where alone it is applied."""
-    packs = [[ordered("S", 1, 0), ordered("T", 1, 1)], [ordered("T", 2, 0), ordered("S", 2, 1)]]
-    failures = []
-    redone = REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
+def in_another_thread(handler: OrderedProbe, work: Callable[[], object], failures: list) -> threading.Thread:
+    """Run `work` on a connection of its own, its backend's pid told to the handler first."""
 
-    def worker(bodies):
+    def run():
         try:
-            dispatch_pack(subscriber="probe_a", bodies=bodies, broker=broker)
-        except BaseException as error:  # noqa: BLE001 - reported below
+            handler.other_pid.append(backend_pid())
+            work()
+        except BaseException as error:  # noqa: BLE001 - the test reads it
             failures.append(error)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=worker, args=(bodies,)) for bodies in packs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def cursor_of(stream: str) -> tuple[int, int, int]:
+    cursor = StreamCursor.objects.get(subscriber="probe_a", stream=stream)
+    return cursor.last_sequence, cursor.gaps, cursor.stale
+
+
+@pytest.mark.postgres
+def test_an_ordered_handlers_envelopes_of_several_streams_share_the_packs_transaction(
+    transactional_db, broker, ordered_probe
+):
+    dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1), ordered("T", 1), ordered("S", 2)], broker=broker)
+
+    assert ordered_probe.seen == [("S", 1), ("T", 1), ("S", 2)]
+    assert len(set(ordered_probe.transactions)) == 1
+    assert (cursor_of("S"), cursor_of("T")) == ((2, 0, 0), (1, 0, 0))
+
+
+@pytest.mark.postgres
+def test_two_packs_of_an_ordered_handler_with_streams_in_opposite_orders_wait_for_each_other_never_deadlock(
+    transactional_db, broker, ordered_probe
+):
+    """The first pack holds S and T before its first handler runs, so the second, T then S, waits
+    for it to commit. Holding each stream's cursor only as its envelope came, each pack held one and
+    waited for the other's: PostgreSQL broke the deadlock by rolling one back, and on its second pass
+    its first event was stale behind the other pack's, dropped where alone it is applied."""
+    failures: list[BaseException] = []
+    redone = REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
+    first = in_another_thread(
+        ordered_probe,
+        lambda: dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1, n=0), ordered("T", 1)], broker=broker),
+        failures,
+    )
+    wait_until(ordered_probe.began.is_set, what="the first pack's first handler")
+    ordered_probe.other_pid.clear()
+    second = in_another_thread(
+        ordered_probe,
+        lambda: dispatch_pack(subscriber="probe_a", bodies=[ordered("T", 2, n=1), ordered("S", 2)], broker=broker),
+        failures,
+    )
+    first.join(30)
+    second.join(30)
 
     assert failures == []
-    # No deadlock broken, no pass rolled back: each pack's first event committed before the other's began.
     assert (
         REGISTRY.get_sample_value("outbox_pack_transactions_redone_total", {"subscriber": "probe_a"}) or 0
-    ) == redone
-    s = StreamCursor.objects.get(subscriber="probe_a", stream="S")
-    assert (s.last_sequence, s.stale) == (2, 0)  # S#1 applied, then S#2: neither dropped
+    ) == redone  # no deadlock broken, no pass rolled back
+    assert ordered_probe.seen == [("S", 1), ("T", 1), ("T", 2), ("S", 2)]
+    assert (cursor_of("S"), cursor_of("T")) == ((2, 0, 0), (2, 0, 0))
+
+
+@pytest.mark.postgres
+def test_a_pass_rolled_back_keeps_its_streams_so_no_later_event_of_them_is_applied_in_between(
+    transactional_db, broker, ordered_probe, settings
+):
+    """S#1 is applied; its neighbour on U fails once S#2, come alone, waits for S. The pass is rolled
+    back to where the pack held its streams, not with its transaction: S#1 is applied again first and
+    S#2 after. Rolled back with the transaction, S let go, S#2 took it and S#1 was found stale."""
+    settings.OUTBOX_MAX_RETRIES = 0  # the failed envelope's letter, rather than its retry
+    failures: list[BaseException] = []
+    pack = in_another_thread(
+        ordered_probe,
+        lambda: dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1), ordered("U", 1, n=2)], broker=broker),
+        failures,
+    )
+    wait_until(ordered_probe.began.is_set, what="the pack's failing handler to begin")
+    ordered_probe.other_pid.clear()
+    alone = in_another_thread(ordered_probe, lambda: dispatch(subscriber="probe_a", body=ordered("S", 2)), failures)
+    pack.join(30)
+    alone.join(30)
+
+    assert failures == []
+    assert cursor_of("S") == (2, 0, 0)  # S#1, then S#2: none stale
+    assert DeadLetter.objects.get().reason == "handler_error"  # U#1's, the cursor on U rolled back with it
+    assert not StreamCursor.objects.filter(stream="U", last_sequence__gt=0).exists()
