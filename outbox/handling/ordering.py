@@ -78,15 +78,23 @@ def hold(*, subscriber: str, streams: list[str]) -> None:
     """Lock the subscriber's cursors on `streams` (each made at 0 if new, which `advance` then moves
     as it would have made it) until the transaction ends, in one statement. A pack holds every
     stream of its ordered envelopes before it handles the first (`outbox.handling.packs`); taken
-    in the order given, which is sorted, two packs wait for each other and never deadlock."""
+    in the order given, which is sorted, two packs wait for each other and never deadlock. A
+    stream no cursor can be made for (too long, a NUL) is left out: its envelope's own move fails
+    in its handler's turn, and takes the path a failure takes, alone."""
+    fits = [s for s in streams if len(s) <= _STREAM_LENGTH and "\x00" not in s]
+    if not fits:
+        return
     table = connection.ops.quote_name(StreamCursor._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (subscriber, stream, last_sequence, gaps, stale) "
-            f"VALUES {', '.join(['(%s, %s, 0, 0, 0)'] * len(streams))} "
+            f"VALUES {', '.join(['(%s, %s, 0, 0, 0)'] * len(fits))} "
             f"ON CONFLICT (subscriber, stream) DO UPDATE SET stale = {table}.stale",
-            [value for stream in streams for value in (subscriber, stream)],
+            [value for stream in fits for value in (subscriber, stream)],
         )
+
+
+_STREAM_LENGTH = StreamCursor._meta.get_field("stream").max_length
 
 
 def _move(cursor_id: int, last_sequence: int, sequence: int) -> None:

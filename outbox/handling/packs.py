@@ -13,10 +13,12 @@ can roll it back and have its effect happen again. The shared transaction has no
 envelope (Django's cost more CPU than a transaction of their own): should a handler fail, what the
 pass did is rolled back and the envelopes handled again, that handler not run again but its error
 taken where it would have gone alone; outcomes are counted and logged once committed. An ordered
-handler's stream cursors are taken first, every stream of the pack at once in stream order, and a
-pass is rolled back to a savepoint taken once they are held: two packs of one ordered subscriber
-wait for each other instead of deadlocking, and a failed pass never lets another worker apply a
-later event of a held stream in between, which would leave the earlier one stale.
+handler's stream cursors are taken after the inbox rows (the order a message alone takes them in),
+every stream of the pack at once in stream order, and a pass is rolled back to a savepoint taken
+once they are held (Django's `atomic`, so what the pass asked to run on commit goes with it): two
+packs of one ordered subscriber, or a pack and a lone copy of one of its messages, wait for each
+other instead of deadlocking, and a failed pass never lets another worker apply a later event of a
+held stream in between, which would leave the earlier one stale.
 
 A pack is only ever each envelope's first attempt. One that fails, to be retried, leaves the pack:
 it is enqueued again, once the pack's transaction commits, as a message of its own, with the retry
@@ -45,16 +47,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import dramatiq
 from django.conf import settings
-from django.db import Error, transaction
+from django.db import transaction
 from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core import context_schemas
+from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import (
     HANDED_ON,
     Subscription,
@@ -74,7 +78,7 @@ from outbox.handling.dispatch import (
     rolled_back,
 )
 from outbox.handling.ordering import hold
-from outbox.handling.receipts import receive_together, withdraw_receipts
+from outbox.handling.receipts import receive_together, sure_to_reach_their_handler, withdraw_receipts
 from outbox.observability.metrics import PACKS_REDONE
 
 logger = logging.getLogger(__name__)
@@ -136,106 +140,115 @@ def _handle_together(
     owed, or its dead letter). Each time round one more handler is left out, so this ends; and a
     second failure ends the run there, the rest of the pack then handled one by one.
 
-    An ordered handler's stream cursors are all taken first, in stream order, and kept across
-    passes: a pass is rolled back to a savepoint taken once they are held, not with the transaction.
-    So two packs of one ordered subscriber wait for each other rather than deadlock, and no later
-    event of a held stream is applied in between two passes, leaving the earlier one stale."""
-    failed: dict[int, BaseException] = {}
+    First the inbox rows, then an ordered handler's stream cursors, every stream at once in stream
+    order: the order a message alone takes them in (its row, then its cursor), so neither two packs
+    nor a pack and a lone copy of one of its messages deadlock. A pack that holds streams keeps them,
+    and its rows, across passes: a pass is rolled back to a savepoint taken once they are held, not
+    with the transaction, so no later event of a held stream is applied in between, leaving the
+    earlier one stale; the rows of envelopes that failed since are taken back in the next pass."""
     context_schemas.enter(context_of(unpacked.subscriber))  # before the transaction, which cannot undo it
-    end = start + 1
-    while end < len(unpacked.bodies) and unpacked.may_share(end):
-        end += 1
+    run = _Run(start, start + 1)
+    while run.end < len(unpacked.bodies) and unpacked.may_share(run.end):
+        run.end += 1
     while True:
         try:
             with transaction.atomic():
-                held = _hold_streams(unpacked, start, end)
+                run.sure = sure_to_reach_their_handler(
+                    unpacked.subscriber, {p: unpacked.bodies[p] for p in range(start, run.end) if p not in run.failed}
+                )
+                run.receipts = receive_together(unpacked.subscriber, run.sure)
+                held = _hold_streams(unpacked.subscriber, run.sure)
                 while True:
-                    owed: Owed = []
-                    reports: list[Callable[[], None]] = []
-                    position = start
                     try:
-                        receipts = receive_together(
-                            unpacked.subscriber,
-                            {p: unpacked.bodies[p] for p in range(start, end) if p not in failed},
-                        )
-                        while True:
-                            try:
-                                unpacked.handle(
-                                    position,
-                                    owed,
-                                    reports,
-                                    shared=True,
-                                    failed=failed.get(position),
-                                    receipt=receipts.get(position),
-                                )
-                            except FailedInSharedTransaction as failure:
-                                failed[position] = failure.error
-                                if len(failed) > 1:  # failing often (an outage): the rest goes one by one
-                                    end, unpacked.share = position + 1, False
-                                PACKS_REDONE.labels(unpacked.subscriber).inc()
-                                logger.info(
-                                    "%s rolls its pack back and handles it again without envelope %d of %d, "
-                                    "whose handler failed: %s",
-                                    unpacked.subscriber,
-                                    position + 1,
-                                    len(unpacked.bodies),
-                                    failure,
-                                )
-                                raise
-                            position += 1
-                            if position == end or out_of_time():
-                                break
+                        with transaction.atomic(savepoint=held):
+                            return _one_pass(unpacked, run, out_of_time)
                     except FailedInSharedTransaction:
-                        if held is None or out_of_time() or not _back_to(held):
-                            raise  # out of the atomic block: everything in it is rolled back
-                        continue  # the streams still held
-                    # What is left of a pack that has used its time limit goes on alone: not received here.
-                    left = range(position, end)
-                    withdraw_receipts(
-                        unpacked.subscriber,
-                        [unpacked.bodies[p]["message_id"] for p in left if receipts.get(p, (False,))[0]],
-                    )
-                    if rolled_back(transaction.get_connection()):
-                        # Nothing outside a handler should fail and go on; should something have, the
-                        # pack fails, comes again and is unpacked.
-                        raise WorkRolledBack(
-                            f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler"
-                        )
-                    return position, owed, reports
+                        if not held or out_of_time() or transaction.get_connection().needs_rollback:
+                            raise  # out of the transaction: everything in it is rolled back
+                        # Rolled back to the savepoint: the streams and the rows still held.
         except FailedInSharedTransaction:
             if out_of_time():  # a second pass could take another limit: what failed is retried, the rest handed on
                 unpacked.share = False
-                unpacked.settled.update(failed)
-                return (
-                    start,
-                    [(_alone(unpacked.subscriber, unpacked.bodies[p], unpacked.pack), e) for p, e in failed.items()],
-                    [],
-                )
+                unpacked.settled.update(run.failed)
+                bodies, pack = unpacked.bodies, unpacked.pack
+                return start, [(_alone(unpacked.subscriber, bodies[p], pack), e) for p, e in run.failed.items()], []
 
 
-def _hold_streams(unpacked: "_Unpacked", start: int, end: int) -> str | None:
-    """Take the cursors of every stream the ordered envelopes from `start` to `end` belong to, in
-    stream order, and a savepoint once they are held, for a failed pass to roll back to without
-    letting them go. None, and no statement, when no envelope there is an ordered handler's."""
-    streams = sorted({stream for p in range(start, end) if (stream := unpacked.ordered_stream(p)) is not None})
-    if not streams:
-        return None
-    hold(subscriber=unpacked.subscriber, streams=streams)
-    return transaction.savepoint()
+@dataclass
+class _Run:
+    """The envelopes of a pack handled in one transaction, from `start` to `end` (which a second
+    failure brings in), and what is known of them: the handlers that failed, the envelopes sure to
+    reach their handler and the receipts written for them."""
+
+    start: int
+    end: int
+    failed: dict[int, BaseException] = field(default_factory=dict)
+    sure: dict[int, Envelope] = field(default_factory=dict)
+    receipts: dict[int, tuple[bool, bool]] = field(default_factory=dict)
 
 
-def _back_to(held: str) -> bool:
-    """Undo a failed pass back to where the streams were held; False if the session itself is gone
-    (then the transaction goes with it, and the next takes the streams again). The handler's failure
-    marked the transaction to be rolled back, which would refuse the rollback to the savepoint
-    itself: unmarked first, as Django's own `atomic` does, and marked again should that fail."""
-    transaction.set_rollback(False)
-    try:
-        transaction.savepoint_rollback(held)
-    except Error:  # psycopg's InterfaceError on a closed connection is not a DatabaseError
-        transaction.set_rollback(True)
-        return False
-    return True
+def _one_pass(
+    unpacked: "_Unpacked", run: _Run, out_of_time: Callable[[], bool]
+) -> tuple[int, Owed, list[Callable[[], None]]]:
+    """Handle the run's envelopes in order, inside its transaction; FailedInSharedTransaction when a
+    handler fails (recorded in `run.failed`), for the caller to roll back and call again."""
+    owed: Owed = []
+    reports: list[Callable[[], None]] = []
+    unkept = _failed_since(unpacked, run)
+    withdraw_receipts(unpacked.subscriber, [run.sure[p].message_id for p in unkept])
+    position = run.start
+    while True:
+        try:
+            unpacked.handle(
+                position,
+                owed,
+                reports,
+                shared=True,
+                failed=run.failed.get(position),
+                receipt=None if position in unkept else run.receipts.get(position),
+            )
+        except FailedInSharedTransaction as failure:
+            run.failed[position] = failure.error
+            if len(run.failed) > 1:  # failing often (an outage): the rest of the pack goes one by one
+                run.end, unpacked.share = position + 1, False
+            PACKS_REDONE.labels(unpacked.subscriber).inc()
+            logger.info(
+                "%s rolls its pack back and handles it again without envelope %d of %d, whose handler failed: %s",
+                unpacked.subscriber,
+                position + 1,
+                len(unpacked.bodies),
+                failure,
+            )
+            raise
+        position += 1
+        if position == run.end or out_of_time():
+            break
+    # What is left (the pack has used its time limit, or failed twice) goes on alone: not received here.
+    left = [p for p, (first, _) in run.receipts.items() if first and p >= position and p not in unkept]
+    withdraw_receipts(unpacked.subscriber, [run.sure[p].message_id for p in left])
+    if rolled_back(transaction.get_connection()):
+        # Nothing outside a handler should fail and go on; should something have, the pack fails,
+        # comes again and is unpacked.
+        raise WorkRolledBack(f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler")
+    return position, owed, reports
+
+
+def _hold_streams(subscriber: str, sure: dict[int, Envelope]) -> bool:
+    """Take the cursors of every stream an ordered handler's envelope among `sure` belongs to, in
+    stream order; False, and no statement, when there is none."""
+    streams = sorted({e.stream for e in sure.values() if subscription(subscriber, e.type).ordered})
+    if streams:
+        hold(subscriber=subscriber, streams=streams)
+    return bool(streams)
+
+
+def _failed_since(unpacked: "_Unpacked", run: _Run) -> set[int]:
+    """The positions whose rows, written before the first pass, are not to be kept: an envelope whose
+    handler failed since, and any later copy of its message in the pack, which then writes its own
+    row (`first_receipt`) and is handled as the first, as it would be in a pack without the one that
+    failed. Only rows this pack wrote: a message processed before keeps its row."""
+    ours = {unpacked.message_id(p) for p in run.failed if run.receipts.get(p, (False,))[0]}
+    return {p for p in run.receipts if unpacked.message_id(p) in ours} if ours else set()
 
 
 class _Unpacked:
@@ -258,16 +271,18 @@ class _Unpacked:
 
     def may_share(self, position: int) -> bool:
         """Whether the envelope may be handled in a shared transaction: anything but one whose handler
-        has outside effects (what is not an envelope, or has no handler, is only dead-lettered)."""
+        has outside effects, or is an ordered handler of a subscriber with limits (whose envelopes
+        write their inbox rows one by one, after the pack holds its streams: a lone copy of one,
+        holding its row and waiting for the stream, would deadlock with the pack). What is not an
+        envelope, or has no handler, is only dead-lettered."""
         sub = self._subscription(position)
-        return sub is None or not sub.outside_effects
+        return sub is None or not (
+            sub.outside_effects or (sub.ordered and self.subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS)
+        )
 
-    def ordered_stream(self, position: int) -> str | None:
-        """The stream of an envelope whose handler is ordered, read from the body as it came (one
-        that turns out unreadable only has a cursor held, or made at 0, that it never moves)."""
-        sub = self._subscription(position)
-        stream = self.bodies[position].get("stream") if sub is not None and sub.ordered else None
-        return stream if isinstance(stream, str) else None
+    def message_id(self, position: int) -> Any:
+        body = self.bodies[position]
+        return body.get("message_id") if isinstance(body, dict) else None
 
     def _subscription(self, position: int) -> Subscription | None:
         body = self.bodies[position]

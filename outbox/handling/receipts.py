@@ -2,8 +2,9 @@
 handler runs in, so that a second copy finds it and is skipped.
 
 One envelope records its own (`first_receipt`); a pack's envelopes, handled in one transaction,
-record theirs together in one statement before the first handler runs (`receive_together`), and
-what a pack then hands on alone is taken back (`withdraw_receipts`)."""
+record theirs together in one statement before the first handler runs (`receive_together`, for
+those `sure_to_reach_their_handler`), and what a pack then hands on alone, or what failed in a pass
+rolled back to the pack's savepoint, is taken back (`withdraw_receipts`)."""
 
 from typing import Any
 from uuid import UUID
@@ -48,15 +49,10 @@ def first_receipt(subscriber: str, envelope: Envelope) -> tuple[bool, bool]:
         return (False, False) if row is None else (True, bool(row[1]))
 
 
-def receive_together(subscriber: str, bodies: dict[int, Any]) -> dict[int, tuple[bool, bool]]:
-    """Record in the subscriber's inbox, in one statement, the envelopes of a pack (by position)
-    that are sure to reach their handler (a readable envelope it handles, in a version it reads,
-    within the hops and with no limits to wait for): for each, what `first_receipt` would have
-    said. An envelope twice in the pack is first at its first position. The rows go in message id
-    order, so that two packs with copies of the same messages wait for each other, never deadlock.
-    PostgreSQL only: elsewhere each envelope writes its own."""
-    if connection.vendor != "postgresql" or subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
-        return {}  # SQLite (in process, no round trips to save) cannot read the alias in RETURNING
+def sure_to_reach_their_handler(subscriber: str, bodies: dict[int, Any]) -> dict[int, Envelope]:
+    """The envelopes of a pack (by position) sure to reach their handler: readable, handled by the
+    subscriber in a version it reads, within the hops. What a pack writes receipts for and holds
+    the streams of; whatever else it holds is only dead-lettered, or waits for its limits."""
     envelopes: dict[int, Envelope] = {}
     for position, body in bodies.items():
         try:
@@ -66,6 +62,17 @@ def receive_together(subscriber: str, bodies: dict[int, Any]) -> dict[int, tuple
         sub = subscription(subscriber, envelope.type)
         if sub is not None and envelope.version in sub.versions and envelope.hops <= settings.OUTBOX_MAX_HOPS:
             envelopes[position] = envelope
+    return envelopes
+
+
+def receive_together(subscriber: str, envelopes: dict[int, Envelope]) -> dict[int, tuple[bool, bool]]:
+    """Record in the subscriber's inbox, in one statement, the envelopes of a pack (by position)
+    sure to reach their handler (and with no limits to wait for): for each, what `first_receipt`
+    would have said. An envelope twice in the pack is first at its first position. The rows go in
+    message id order, so that two packs with copies of the same messages wait for each other, never
+    deadlock. PostgreSQL only: elsewhere each envelope writes its own."""
+    if connection.vendor != "postgresql" or subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
+        return {}  # SQLite (in process, no round trips to save) cannot read the alias in RETURNING
     if not envelopes:
         return {}
     unique = sorted({e.message_id: e for e in envelopes.values()}.values(), key=lambda e: e.message_id)

@@ -8,10 +8,11 @@ Which transaction a handler ran in is PostgreSQL's to say: the probe's handler, 
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
@@ -27,7 +28,7 @@ from tests.outbox.test_packs import envelopes
 from tests.probe import handlers as probe
 from tests.probe.handlers import Pinged
 from tests.probe.models import Effect, Ping
-from tests.probe.services import current_transaction, send
+from tests.probe.services import current_transaction, lose_the_connection, send
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -193,17 +194,24 @@ class OrderedProbe:
     """An ordered handler of probe_a's for these tests, told what to do by its ping's `n`: 0 holds
     until another thread's dispatch is waiting on this one's locks (or has begun a handler of its
     own, which it should not be able to), 1 only says it began, 2 says so and then fails once that
-    other thread waits. Every handler says which transaction it ran in."""
+    other thread waits, 3 fails at once, 4 has PostgreSQL end its session the first time. Every
+    handler asks for its stream and number to be noted once its transaction commits, and says
+    which transaction it ran in."""
 
     def __init__(self):
         self.seen: list[tuple[str, int]] = []
+        self.committed: list[tuple[str, int]] = []  # what on_commit ran
         self.transactions: list[str] = []
         self.other_pid: list[int] = []  # the other thread's backend, once it has one
         self.began, self.other_began = threading.Event(), threading.Event()
+        self.lost = False
 
     def handle(self, message) -> None:
-        self.seen.append((message.envelope.stream, message.envelope.sequence))
-        self.transactions.append(current_transaction())
+        here = (message.envelope.stream, message.envelope.sequence)
+        self.seen.append(here)
+        transaction.on_commit(partial(self.committed.append, here))
+        if connection.vendor == "postgresql":
+            self.transactions.append(current_transaction())
         n = message.payload.n
         if n == 0:
             self.began.set()
@@ -214,6 +222,11 @@ class OrderedProbe:
             self.began.set()
             wait_until(self.other_waits_on_me, what="the lone event to wait for this pack's streams")
             raise probe.Misbehaving("probe.ordered told to fail")
+        elif n == 3:
+            raise probe.Misbehaving("probe.ordered told to fail at once")
+        elif n == 4 and not self.lost:
+            self.lost = True
+            lose_the_connection()
 
     def other_waits_on_me(self) -> bool:
         return bool(self.other_pid) and blocked_by(self.other_pid[0], backend_pid())
@@ -321,3 +334,75 @@ def test_a_pass_rolled_back_keeps_its_streams_so_no_later_event_of_them_is_appli
     assert cursor_of("S") == (2, 0, 0)  # S#1, then S#2: none stale
     assert DeadLetter.objects.get().reason == "handler_error"  # U#1's, the cursor on U rolled back with it
     assert not StreamCursor.objects.filter(stream="U", last_sequence__gt=0).exists()
+
+
+def test_what_a_rolled_back_pass_asked_to_run_on_commit_never_runs_and_its_neighbours_runs_once(
+    transactional_db, broker, ordered_probe, settings
+):
+    """S#1's handler runs in both passes, U#1's in the first, which is rolled back to the pack's
+    savepoint: Django's on_commit callbacks of the rolled-back pass go with it, on either database.
+    A savepoint Django's `atomic` does not know of kept them: [S#1, U#1, S#1]."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1), ordered("U", 1, n=3)], broker=broker)
+
+    assert ordered_probe.seen == [("S", 1), ("U", 1), ("S", 1)]
+    assert ordered_probe.committed == [("S", 1)]
+    assert cursor_of("S") == (1, 0, 0)
+    assert DeadLetter.objects.get().reason == "handler_error"
+
+
+@pytest.mark.postgres
+def test_a_lone_copy_of_a_message_in_a_pack_waits_for_the_pack_and_is_a_duplicate_never_a_deadlock(
+    transactional_db, broker, ordered_probe, settings
+):
+    """A copy of S#1 comes alone (the sweep's, a relay's second send) while its pack handles it: it
+    waits on the row the pack wrote, as the pack writes its rows before it holds its streams (the
+    order a message alone takes them in). Then U#1 fails: the pass goes back to the savepoint with
+    the rows and the streams still held. Holding S before writing its rows, and writing them again in
+    each pass, the pack waited on the copy's row while the copy waited on S: "deadlock detected"."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    failures: list[BaseException] = []
+    s1 = ordered("S", 1, n=0)
+    pack = in_another_thread(
+        ordered_probe,
+        lambda: dispatch_pack(subscriber="probe_a", bodies=[s1, ordered("U", 1, n=3)], broker=broker),
+        failures,
+    )
+    wait_until(ordered_probe.began.is_set, what="S#1's handler in the pack")
+    ordered_probe.other_pid.clear()
+    alone = in_another_thread(ordered_probe, lambda: dispatch(subscriber="probe_a", body=s1), failures)
+    pack.join(30)
+    alone.join(30)
+
+    assert failures == []
+    assert cursor_of("S") == (1, 0, 0)
+    assert InboxMessage.objects.get(message_id=s1["message_id"]).duplicates == 1  # the copy, skipped
+    assert DeadLetter.objects.get().message_id != s1["message_id"]  # U#1's alone
+
+
+@pytest.mark.postgres
+def test_a_stream_no_cursor_can_be_made_for_fails_its_envelope_alone_not_the_pack(
+    transactional_db, broker, ordered_probe, settings
+):
+    """A stream longer than the cursor's column (a foreign or corrupt body: publish() refuses one)
+    is left out of what the pack holds; its envelope fails in its own turn, unprocessable, and its
+    neighbour commits. Held with the others, the hold's DataError failed the whole pack."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1), ordered("X" * 201, 1)], broker=broker)
+
+    assert cursor_of("S") == (1, 0, 0)
+    assert DeadLetter.objects.get().reason == "unprocessable"
+
+
+@pytest.mark.postgres
+def test_a_pass_that_loses_its_session_is_handled_again_in_a_new_transaction_that_holds_the_streams_again(
+    transactional_db, broker, ordered_probe, settings
+):
+    """The savepoint went with the session: the pack takes a new connection, writes its rows and holds
+    its streams again, and the envelope whose handler ended the session is retried alone."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1), ordered("U", 1, n=4), ordered("S", 2)], broker=broker)
+
+    assert cursor_of("S") == (2, 0, 0)
+    assert ordered_probe.committed == [("S", 1), ("S", 2)]
+    assert DeadLetter.objects.get().reason == "handler_error"  # U#1's: its handler ended the session
