@@ -194,7 +194,7 @@ def _one_pass(
     handler fails (recorded in `run.failed`), for the caller to roll back and call again."""
     owed: Owed = []
     reports: list[Callable[[], None]] = []
-    unkept = _failed_since(unpacked, run)
+    unkept = _failed_since(run)
     withdraw_receipts(unpacked.subscriber, [run.sure[p].message_id for p in unkept])
     position = run.start
     while True:
@@ -242,13 +242,13 @@ def _hold_streams(subscriber: str, sure: dict[int, Envelope]) -> bool:
     return bool(streams)
 
 
-def _failed_since(unpacked: "_Unpacked", run: _Run) -> set[int]:
+def _failed_since(run: _Run) -> set[int]:
     """The positions whose rows, written before the first pass, are not to be kept: an envelope whose
     handler failed since, and any later copy of its message in the pack, which then writes its own
     row (`first_receipt`) and is handled as the first, as it would be in a pack without the one that
     failed. Only rows this pack wrote: a message processed before keeps its row."""
-    ours = {unpacked.message_id(p) for p in run.failed if run.receipts.get(p, (False,))[0]}
-    return {p for p in run.receipts if unpacked.message_id(p) in ours} if ours else set()
+    ours = {run.sure[p].message_id for p in run.failed if run.receipts.get(p, (False,))[0]}
+    return {p for p in run.receipts if run.sure[p].message_id in ours} if ours else set()
 
 
 class _Unpacked:
@@ -279,10 +279,6 @@ class _Unpacked:
         return sub is None or not (
             sub.outside_effects or (sub.ordered and self.subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS)
         )
-
-    def message_id(self, position: int) -> Any:
-        body = self.bodies[position]
-        return body.get("message_id") if isinstance(body, dict) else None
 
     def _subscription(self, position: int) -> Subscription | None:
         body = self.bodies[position]
