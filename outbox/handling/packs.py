@@ -61,7 +61,6 @@ from outbox.core import context_schemas
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import (
     HANDED_ON,
-    Subscription,
     actor_name,
     came_before,
     context_of,
@@ -275,15 +274,12 @@ class _Unpacked:
         write their inbox rows one by one, after the pack holds its streams: a lone copy of one,
         holding its row and waiting for the stream, would deadlock with the pack). What is not an
         envelope, or has no handler, is only dead-lettered."""
-        sub = self._subscription(position)
+        body = self.bodies[position]
+        event_type = body.get("type") if isinstance(body, dict) else None
+        sub = subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
         return sub is None or not (
             sub.outside_effects or (sub.ordered and self.subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS)
         )
-
-    def _subscription(self, position: int) -> Subscription | None:
-        body = self.bodies[position]
-        event_type = body.get("type") if isinstance(body, dict) else None
-        return subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
 
     def handle(
         self,
