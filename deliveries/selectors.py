@@ -4,13 +4,14 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from deliveries.models import Customer, CustomerToken, Delivery
-from outbox.api import correlation_timeline
+from outbox.api import connection_of, correlation_timeline
+
+connection = connection_of("deliveries")  # its database, wherever the settings put it
 
 
 def deliveries_of(customer: Customer) -> QuerySet[Delivery]:

@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 from django.utils import timezone
 
 from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequested, Location, PackageInfo, priority_of
 from deliveries.models import Customer, Delivery
 from deliveries.timers import timers_to_set
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
-from outbox.api import atomic, insert_row, save_fields
+from outbox.api import atomic, connection_of, insert_row, save_fields
+
+connection = connection_of("deliveries")  # its database, wherever the settings put it
 
 
 @dataclass(frozen=True)

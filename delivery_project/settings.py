@@ -147,54 +147,75 @@ CONN_MAX_AGE = int(os.environ.get("DJANGO_CONN_MAX_AGE", "60"))
 # relay's LISTEN needs a session: give it OUTBOX_LISTEN_DATABASE_URL, a direct URL.
 DATABASE_TRANSACTION_POOLER = _flag("DATABASE_TRANSACTION_POOLER", False)
 DATABASE_SERVER_SIDE_BINDING = _flag("DATABASE_SERVER_SIDE_BINDING", True)
-DATABASES = {"default": database_url.parse(DATABASE_URL)}
-DATABASES["default"].update(CONN_MAX_AGE=CONN_MAX_AGE, CONN_HEALTH_CHECKS=True)
-if DATABASES["default"]["ENGINE"] == database_url.POSTGRESQL:
-    # Which process a connection belongs to, in pg_stat_activity: "manage.py relay_outbox".
-    DATABASES["default"]["OPTIONS"].setdefault("application_name", " ".join(Path(a).name for a in sys.argv[:2])[:63])
-    # libpq waits for ever on a host that drops packets; tried in turn, a dead host of several costs this.
-    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", "5")
-    # Parameters are bound on the server, and a statement a connection has run 5 times is
-    # prepared (psycopg's default threshold): PostgreSQL then parses and plans each of the
-    # handlers' few dozen statements once per connection, not on every run, and Python no longer
-    # quotes every value into the SQL text (docs/performance.md: PostgreSQL's CPU per delivery
-    # fell by about a fifth). DATABASE_SERVER_SIDE_BINDING=0 goes back to Django's default,
-    # client-side binding, where only publish()'s insert is prepared (`prepare=True`; psycopg
-    # counts executions up to the threshold, so one this high prepares nothing on its own).
-    # Through a transaction pooler nothing is prepared (below).
-    server_side_binding = DATABASE_SERVER_SIDE_BINDING and not DATABASE_TRANSACTION_POOLER
-    DATABASES["default"]["OPTIONS"]["server_side_binding"] = server_side_binding
-    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = (
-        None if DATABASE_TRANSACTION_POOLER else 5 if server_side_binding else 2**31 - 1
-    )
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_TRANSACTION_POOLER
-    if DATABASE_TRANSACTION_POOLER and "options" in DATABASES["default"]["OPTIONS"]:
-        # A startup parameter: PgBouncer refuses it or drops it, and its session is not ours anyway.
-        raise ImproperlyConfigured(
-            "DATABASE_URL: options=... cannot be honoured through a transaction pooler; set them on the "
-            "role (ALTER ROLE ... SET) or the database instead"
+
+
+def _database(url: str, setting: str) -> dict:
+    """DATABASES' entry for `url` (the environment variable `setting` gave it), on PostgreSQL or SQLite."""
+    db = database_url.parse(url)
+    db.update(CONN_MAX_AGE=CONN_MAX_AGE, CONN_HEALTH_CHECKS=True)
+    if db["ENGINE"] == database_url.POSTGRESQL:
+        # Which process a connection belongs to, in pg_stat_activity: "manage.py relay_outbox".
+        db["OPTIONS"].setdefault("application_name", " ".join(Path(a).name for a in sys.argv[:2])[:63])
+        # libpq waits for ever on a host that drops packets; tried in turn, a dead host of several costs this.
+        db["OPTIONS"].setdefault("connect_timeout", "5")
+        # Parameters are bound on the server, and a statement a connection has run 5 times is
+        # prepared (psycopg's default threshold): PostgreSQL then parses and plans each of the
+        # handlers' few dozen statements once per connection, not on every run, and Python no longer
+        # quotes every value into the SQL text (docs/performance.md: PostgreSQL's CPU per delivery
+        # fell by about a fifth). DATABASE_SERVER_SIDE_BINDING=0 goes back to Django's default,
+        # client-side binding, where only publish()'s insert is prepared (`prepare=True`; psycopg
+        # counts executions up to the threshold, so one this high prepares nothing on its own).
+        # Through a transaction pooler nothing is prepared (below).
+        server_side_binding = DATABASE_SERVER_SIDE_BINDING and not DATABASE_TRANSACTION_POOLER
+        db["OPTIONS"]["server_side_binding"] = server_side_binding
+        db["OPTIONS"]["prepare_threshold"] = (
+            None if DATABASE_TRANSACTION_POOLER else 5 if server_side_binding else 2**31 - 1
         )
-    if DB_POOL_MAX_SIZE > 0:
-        # The pool keeps the connections (Django refuses persistent ones beside it); with
-        # CONN_HEALTH_CHECKS it checks each before handing it out, so one that died with a
-        # database restart is replaced, not used.
-        DATABASES["default"]["CONN_MAX_AGE"] = 0
-        DATABASES["default"]["OPTIONS"]["pool"] = {
-            "min_size": 1,
-            "max_size": DB_POOL_MAX_SIZE,
-            "timeout": DB_POOL_TIMEOUT,
-            "reconnect_timeout": DB_POOL_RECONNECT_SECONDS,
+        db["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_TRANSACTION_POOLER
+        if DATABASE_TRANSACTION_POOLER and "options" in db["OPTIONS"]:
+            # A startup parameter: PgBouncer refuses it or drops it, and its session is not ours anyway.
+            raise ImproperlyConfigured(
+                f"{setting}: options=... cannot be honoured through a transaction pooler; set them on the "
+                "role (ALTER ROLE ... SET) or the database instead"
+            )
+        if DB_POOL_MAX_SIZE > 0:
+            # The pool keeps the connections (Django refuses persistent ones beside it); with
+            # CONN_HEALTH_CHECKS it checks each before handing it out, so one that died with a
+            # database restart is replaced, not used.
+            db["CONN_MAX_AGE"] = 0
+            db["OPTIONS"]["pool"] = {
+                "min_size": 1,
+                "max_size": DB_POOL_MAX_SIZE,
+                "timeout": DB_POOL_TIMEOUT,
+                "reconnect_timeout": DB_POOL_RECONNECT_SECONDS,
+            }
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        # Web, relay and workers are separate processes on one file: WAL lets readers run beside
+        # the writer, IMMEDIATE takes the write lock up front instead of failing on upgrade.
+        db["CONN_MAX_AGE"] = 0
+        db["OPTIONS"] = {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    # Web, relay and workers are separate processes on one file: WAL lets readers run beside
-    # the writer, IMMEDIATE takes the write lock up front instead of failing on upgrade.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        "timeout": 30,
-        "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
+    return db
+
+
+DATABASES = {"default": _database(DATABASE_URL, "DATABASE_URL")}
+# CONTEXT_DATABASE_URLS="drones=postgres://host/drones": a context (an app label) on a database of
+# its own, with the kernel's tables beside its own (outbox.core.context_databases); a relay for each
+# (`relay_outbox --database drones`, which run_all starts). Several: separated by spaces. Empty: every
+# context on DATABASE_URL's. docs/deployment.md says how to move one there with its data.
+CONTEXT_DATABASE_URLS = os.environ.get("CONTEXT_DATABASE_URLS", "")
+OUTBOX_CONTEXT_DATABASES = {}
+for _item in CONTEXT_DATABASE_URLS.split():
+    _label, _, _url = _item.partition("=")
+    if not _url:
+        raise ImproperlyConfigured(f"CONTEXT_DATABASE_URLS: {_item!r} is not label=URL")
+    DATABASES[_label] = _database(_url, f"CONTEXT_DATABASE_URLS ({_label})")
+    OUTBOX_CONTEXT_DATABASES[_label] = _label
+DATABASE_ROUTERS = ["outbox.core.context_databases.ContextDatabases"] if OUTBOX_CONTEXT_DATABASES else []
 
 # The API refuses larger bodies with 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024

@@ -10,13 +10,15 @@ schedulers never wait on, or take, a row another is deciding about.
 import math
 from datetime import datetime
 
-from django.db import connection
 from django.db.models import F, FloatField, Q, QuerySet
 from django.db.models.expressions import CombinedExpression, Value
 from django.db.models.functions import Sqrt
 
 from drones.geography import EARTH_RADIUS_KM, Point
 from drones.models import WEIGHT_CLASSES, Assignment, Drone
+from outbox.api import connection_of
+
+connection = connection_of("drones")  # its database, wherever the settings put it
 
 KM_PER_DEGREE = math.pi * EARTH_RADIUS_KM / 180
 # Half-sides of the boxes searched around a pickup, nearest first; None is as far as any drone of

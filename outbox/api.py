@@ -12,6 +12,7 @@ Publishing: state and its events in one transaction
     publish             append an event to the outbox in the caller's transaction; relayed after commit
     publish_many        several events on one stream, in order, in one statement (a schedule of timers)
     atomic              the transaction a service's change and its events share (joins a handler's)
+    connection_of       a context's connection for its own SQL, on whichever database its tables are
     locked_row          the row a service changes, read by its key and locked (its statement written once)
     save_fields         save(update_fields=...) of that row, its UPDATE written once per set of fields
     insert_row          save(force_insert=True) of a new row, its INSERT written once per model
@@ -48,6 +49,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "publish": ("outbox.core.publishing", "publish"),
     "publish_many": ("outbox.core.publishing", "publish_many"),
     "atomic": ("outbox.core.publishing", "atomic"),
+    "connection_of": ("outbox.core.context_databases", "connection_of"),
     "locked_row": ("outbox.core.locking", "locked_row"),
     "save_fields": ("outbox.core.saving", "save_fields"),
     "insert_row": ("outbox.core.saving", "insert_row"),
@@ -77,6 +79,7 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
     "publish",
     "publish_many",
     "atomic",
+    "connection_of",
     "locked_row",
     "save_fields",
     "insert_row",
@@ -121,6 +124,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
     from outbox.console.sequence_diagram import render as sequence_diagram
     from outbox.console.timeline import correlation_timeline
+    from outbox.core.context_databases import connection_of
     from outbox.core.contracts import Event, Reader, upcaster
     from outbox.core.dead_letters import Rejected
     from outbox.core.envelope import Envelope

@@ -37,6 +37,13 @@ else:
         listened = DATABASES["default"]["TEST"]["NAME"] + (f"_{xdist_worker}" if xdist_worker else "")
         OUTBOX_LISTEN_CONNECTION = {**OUTBOX_LISTEN_CONNECTION, "dbname": listened}  # noqa: F405
 
+for _alias, _db in DATABASES.items():  # a context on a database of its own (CONTEXT_DATABASE_URLS): as default's
+    if _alias != "default" and _db["ENGINE"] != "django.db.backends.sqlite3":
+        if os.environ.get("STARTED_BY_TESTS") != "1":
+            _db["OPTIONS"].pop("pool", None)
+            _db["CONN_MAX_AGE"] = CONN_MAX_AGE
+        _db["TEST"] = {"NAME": f"{_db['NAME']}_{RUN_ID}"}
+
 OUTBOX_MAX_RETRIES = 3
 OUTBOX_MIN_BACKOFF_MS = 20
 OUTBOX_MAX_BACKOFF_MS = 200

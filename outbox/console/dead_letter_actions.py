@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
+from outbox.core.context_databases import current
 from outbox.core.dead_letters import resolve_letter
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscription
@@ -25,7 +26,7 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
     It keeps its message id, so the subscriber's inbox still drops it if it was processed
     meanwhile. If it fails again, the same letter opens again with its attempts added up.
     """
-    with transaction.atomic():
+    with transaction.atomic(using=current()):
         letter = DeadLetter.objects.select_for_update().get(pk=letter_id)
         if letter.status != DeadLetter.Status.OPEN:
             raise CannotResolve(f"dead letter {letter.pk} is {letter.status}, not open")
@@ -76,7 +77,7 @@ def discard_dead_letter(*, letter_id: int, by: str, note: str) -> DeadLetter:
     """Give up on a message on purpose; the note says why, for the audit trail."""
     if not note.strip():
         raise CannotResolve("a discard needs a note saying why")
-    with transaction.atomic():
+    with transaction.atomic(using=current()):
         letter = DeadLetter.objects.select_for_update().get(pk=letter_id)
         if letter.status != DeadLetter.Status.OPEN:
             raise CannotResolve(f"dead letter {letter.pk} is {letter.status}, not open")

@@ -4,6 +4,7 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from outbox.core.context_databases import kernel_databases
 from outbox.core.subscriptions import subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
@@ -15,21 +16,27 @@ def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> li
     so outbox id order is a causal order. Events scheduled for later have not happened yet:
     with `scheduled` they are listed too, marked so (a timer still pending). Replays (copies
     for one subscriber) are folded into their original, as the time each subscriber's was sent.
+
+    With contexts on databases of their own (outbox.core.context_databases) the story is in
+    several outboxes and inboxes: each is read, and the events put in causal order by their causes.
     """
-    rows = OutboxMessage.objects.filter(correlation_id=correlation_id, target_subscriber="")
-    now = timezone.now()
-    events = list((rows if scheduled else rows.filter(available_at__lte=now)).order_by("id"))
-    ids = [e.message_id for e in events]
-    replayed = {
-        (row.message_id, row.target_subscriber): row.available_at
-        for row in OutboxMessage.objects.filter(message_id__in=ids).exclude(target_subscriber="")
-    }
+    now, databases = timezone.now(), kernel_databases()
+    events, replayed = [], {}
     processed: dict[UUID, dict[str, InboxMessage]] = {}
-    for row in InboxMessage.objects.filter(message_id__in=ids):
-        processed.setdefault(row.message_id, {})[row.subscriber] = row
     dead: dict[UUID, dict[str, DeadLetter]] = {}
-    for row in DeadLetter.objects.filter(message_id__in=ids):
-        dead.setdefault(row.message_id, {})[row.subscriber] = row
+    for database in databases:
+        rows = OutboxMessage.objects.using(database).filter(correlation_id=correlation_id, target_subscriber="")
+        events += (rows if scheduled else rows.filter(available_at__lte=now)).order_by("id")
+    ids = [e.message_id for e in events]
+    for database in databases:
+        copies = OutboxMessage.objects.using(database).filter(message_id__in=ids).exclude(target_subscriber="")
+        replayed |= {(row.message_id, row.target_subscriber): row.available_at for row in copies}
+        for row in InboxMessage.objects.using(database).filter(message_id__in=ids):
+            processed.setdefault(row.message_id, {})[row.subscriber] = row
+        for row in DeadLetter.objects.using(database).filter(message_id__in=ids):
+            dead.setdefault(row.message_id, {})[row.subscriber] = row
+    if len(databases) > 1:
+        events = _causal_order(events)
     return [
         {
             "type": e.type,
@@ -53,6 +60,23 @@ def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> li
         }
         for e in events
     ]
+
+
+def _causal_order(events: list[OutboxMessage]) -> list[OutboxMessage]:
+    """Several outboxes' events in an order where each follows its cause: by the time each occurred,
+    a cause moved ahead of an effect stamped earlier (another host's clock). Within one outbox the
+    id order is causal already; across two, ids say nothing."""
+    by_id = {e.message_id: e for e in events}
+    ordered: list[OutboxMessage] = []
+    placed: set[UUID] = set()
+    for event in sorted(events, key=lambda e: e.occurred_at):
+        chain = []
+        while event is not None and event.message_id not in placed:
+            placed.add(event.message_id)
+            chain.append(event)
+            event = by_id.get(event.causation_id)
+        ordered += reversed(chain)
+    return ordered
 
 
 def _history(inbox: InboxMessage | None, letter: DeadLetter | None) -> dict:

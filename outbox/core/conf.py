@@ -34,6 +34,9 @@ DEFAULTS: dict[str, object] = {
     "OUTBOX_SCHEMA": "outbox",  # the kernel's tables' schema, when OUTBOX_CONTEXTS is set
     "OUTBOX_CONTEXT_ROLE_PREFIX": "context_",  # a context's role: this + its label (roles are the cluster's)
     "OUTBOX_CONTEXT_URLS": {},  # {"/api/": "orders"}: a request's role by its path's prefix
+    # {"invoices": "billing"}: a context's tables, and the kernel's beside them, on a database of its own
+    # (an alias of DATABASES; outbox.core.context_databases). {}: every context on `default`
+    "OUTBOX_CONTEXT_DATABASES": {},
     "OUTBOX_TRANSACTION_POOLER": False,  # through PgBouncer's transaction mode: roles per transaction
     # The relay
     "OUTBOX_HEARTBEAT_SECONDS": 5.0,

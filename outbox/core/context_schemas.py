@@ -228,13 +228,14 @@ def set_search_path_and_role(sender, connection, **kwargs) -> None:
     covers one opened before, or a role that may not ALTER DATABASE; once for each psycopg
     connection. Not through a pooler: its server sessions have the database's, and a SET would
     follow one to another client. Then the role this thread wants (`enter`)."""
-    if not _per_session(connection) or connection.alias != "default":
+    if not _per_session(connection):
         return
     if not getattr(connection.connection, "_outbox_search_path", False):
         with connection.cursor() as cursor:
             cursor.execute(f"SET search_path TO {search_path()}")
         connection.connection._outbox_search_path = True
-    _apply(connection)
+    if connection.alias == "default":  # a context on a database of its own is alone there: no role needed
+        _apply(connection)
 
 
 connection_created.connect(set_search_path_and_role, dispatch_uid="outbox.context_schemas.search_path")

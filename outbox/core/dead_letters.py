@@ -14,6 +14,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from outbox.core.context_databases import current
 from outbox.core.envelope import Envelope
 from outbox.core.fingerprints import error_fingerprint
 from outbox.models import DeadLetter
@@ -73,7 +74,7 @@ def record_dead_letter(
         "status": DeadLetter.Status.OPEN,
     }
     message_id = _uuid_or_none(fields.get("message_id"))
-    with transaction.atomic():
+    with transaction.atomic(using=current()):
         updated = 0
         if message_id is not None:
             earlier = DeadLetter.objects.filter(subscriber=subscriber, message_id=message_id)

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from django.db import connections, models, transaction
 from django.db.transaction import TransactionManagementError
 
+from outbox.core import context_databases
+
 M = TypeVar("M", bound=models.Model)
 
 
@@ -29,12 +31,13 @@ class _Shape:
 _shapes: dict[tuple[type[models.Model], str], _Shape] = {}
 
 
-def locked_row(model: type[M], key, *, using: str = "default") -> M | None:
+def locked_row(model: type[M], key, *, using: str | None = None) -> M | None:
     """The row of `model` whose primary key is `key`, locked until the transaction ends (where
     the database locks rows: not SQLite, whose writers are serialised); None if there is none.
     The row as its table has it: a default manager's filters, if the model has any, do not apply."""
     if model._meta.parents:  # its parent's row and fields are another table's, which this does not read
         raise TypeError(f"locked_row({model.__name__}): a model with multi-table inheritance is not supported")
+    using = using or context_databases.of_model(model)
     connection = connections[using]
     if not connection.in_atomic_block:  # as select_for_update() refuses: the lock would end at once
         raise TransactionManagementError(f"locked_row({model.__name__}) must run inside transaction.atomic()")

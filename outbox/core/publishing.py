@@ -9,12 +9,12 @@ from uuid import UUID, uuid4
 
 import psycopg
 from django.conf import settings
-from django.db import connections, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from outbox.core import context_schemas, wake_up
+from outbox.core import context_databases, context_schemas, wake_up
 from outbox.core.contracts import Event
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscribers_of
@@ -39,7 +39,7 @@ def publish(
     stream: str,
     correlation_id: UUID | None = None,
     available_at: datetime | None = None,
-    using: str = "default",
+    using: str | None = None,
 ) -> OutboxMessage:
     """Append `event` to the outbox; it is relayed once the surrounding transaction commits.
 
@@ -62,13 +62,14 @@ def publish_many(
     stream: str,
     correlation_id: UUID | None = None,
     available_at: Sequence[datetime | None] | None = None,
-    using: str = "default",
+    using: str | None = None,
 ) -> list[OutboxMessage]:
     """Append several events to one stream, numbered in the order given, in one statement: what
     `publish()` does for each (`available_at`, if given, one time or None for each event), at one
-    round trip for all: an order's shipment scheduling its tracking updates, say.
+    round trip for all: an order's shipment scheduling its tracking updates, say. `using`: the
+    database the kernel works in (its caller's `atomic()`'s; outbox.core.context_databases).
     """
-    connection = connections[using]
+    connection = connections[using or context_databases.current()]
     if not connection.in_atomic_block:
         types = ", ".join(event.type for event in events)
         raise PublishOutsideTransaction(
@@ -115,7 +116,7 @@ def publish_many(
 _NOT_TRACED = nullcontext()
 
 
-def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
+def withdraw_scheduled(*, stream: str, using: str | None = None) -> int:
     """Take back the events of `stream` still scheduled for later (timers not yet due), in the
     caller's transaction, with the change that makes them moot: an order that ended needs its
     deadline no more, and a timer left behind would fire for nothing and be listed as pending
@@ -127,6 +128,7 @@ def withdraw_scheduled(*, stream: str, using: str = "default") -> int:
     and delete it unsent. Only the stream's own events are taken back, never a replay or a copy the
     sweep sends again: those are owed to one subscriber, whatever the story did since.
     """
+    using = using or context_databases.current()
     connection = connections[using]
     if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
@@ -372,7 +374,7 @@ def handling(envelope: Envelope) -> Iterator[None]:
         _handling.reset(token)
 
 
-def atomic(using: str = "default") -> transaction.Atomic:
+def atomic(using: str | None = None) -> transaction.Atomic:
     """`transaction.atomic()` for a service's state change and the events that announce it.
 
     Inside a handler it joins the handler's transaction without a savepoint: dispatch rolls that
@@ -383,5 +385,11 @@ def atomic(using: str = "default") -> transaction.Atomic:
     (`WorkRolledBack`); either way it is retried, then dead-lettered, never acknowledged with its
     work silently undone. Anywhere else it is Django's own, savepoint and all, so the API or the
     admin can catch a service's refusal inside a transaction of theirs.
+
+    Its database: `using`, else the database of the app whose code calls it, which `publish()`
+    inside then writes to (outbox.core.context_databases); `default` unless a context was moved.
     """
-    return transaction.atomic(using=using, savepoint=_handling.get() is None)
+    savepoint = _handling.get() is None
+    if context_databases.routed():
+        return context_databases.atomic_in(using or context_databases.of_caller(), savepoint=savepoint)
+    return transaction.atomic(using=using or DEFAULT_DB_ALIAS, savepoint=savepoint)

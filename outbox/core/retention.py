@@ -21,9 +21,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core import checks
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from outbox.core.context_databases import connection, current
 from outbox.core.dead_letters import REPLAYABLE
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
 
@@ -113,7 +114,7 @@ def _delete_in_batches(table, key, where, params, batch_size, on_batch) -> Prune
     pruned = Pruned(table)
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     while True:
-        with transaction.atomic(), connection.cursor() as cursor:
+        with transaction.atomic(using=current()), connection.cursor() as cursor:
             cursor.execute(
                 f"DELETE FROM {table} WHERE {key} IN "
                 f"(SELECT {key} FROM {table} WHERE {where} ORDER BY {key} LIMIT %s{lock})",

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 
 from django.db import DatabaseError, connections, models, transaction
 
+from outbox.core import context_databases
+
 _statements: dict[tuple[type[models.Model], tuple[str, ...], str], tuple[str, tuple[models.Field, ...]]] = {}
 _inserts: dict[tuple[type[models.Model], str], tuple[str, tuple[models.Field, ...]]] = {}
 
@@ -81,7 +83,7 @@ def insert_row(instance: models.Model, *, using: str | None = None) -> None:
     model = type(instance)
     if model.save is not models.Model.save:
         raise TypeError(f"insert_row({model.__name__}): the model overrides save(), which this would skip")
-    using = using or "default"
+    using = using or context_databases.of_model(model)
     connection = connections[using]
     meta = model._meta
     if instance.pk is None:

@@ -15,8 +15,9 @@ import dramatiq
 import psycopg
 import redis
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
+from outbox.core.context_databases import connection
 from outbox.observability.metrics import NOTIFY_UNHEARD
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ class ListenForNotify(Poll):
 
     @staticmethod
     def _listen() -> psycopg.Connection:
-        if settings.OUTBOX_LISTEN_CONNECTION:  # psycopg connect() keywords of a direct connection
+        # psycopg connect() keywords of a direct connection (to `default`: another database's relay
+        # listens on that database's own parameters)
+        if settings.OUTBOX_LISTEN_CONNECTION and connection.alias == DEFAULT_DB_ALIAS:
             params = dict(settings.OUTBOX_LISTEN_CONNECTION)
         else:
             params = connection.get_connection_params()

@@ -33,6 +33,8 @@ from psycopg.pq import TransactionStatus
 from pydantic import ValidationError
 
 from outbox.core import context_schemas
+from outbox.core.context_databases import current, working_in
+from outbox.core.context_databases import of as database_of
 from outbox.core.contracts import upcast
 from outbox.core.dead_letters import (
     Reason,
@@ -88,7 +90,7 @@ def rolled_back(connection) -> bool:
 
 
 def _refuse_rolled_back_work(subscriber: str, envelope: Envelope) -> None:
-    if rolled_back(transaction.get_connection()):
+    if rolled_back(transaction.get_connection(current())):
         raise WorkRolledBack(
             f"{subscriber}'s handler of {envelope.type} went on after an error rolled its transaction back "
             "(a service's error or a failed statement caught inside the handler): nothing it did was kept"
@@ -124,9 +126,11 @@ def dispatch_for_outcome(
     event_type = _field(body, "type")
     # Its context's role, if it has one: kept by a worker's thread for its next message (of one
     # context, most often), given back anywhere else (a test, outbox.testing.deliver).
-    role_before = context_schemas.enter(context_of(subscriber))
+    context = context_of(subscriber)
+    role_before = context_schemas.enter(context)
     try:
-        outcome = _dispatch(subscriber, body, shared, failed, receipt)
+        with working_in(database_of(context)):  # its inbox, cursors and dead letters are beside its tables
+            outcome = _dispatch(subscriber, body, shared, failed, receipt)
         return outcome
     finally:
         if CurrentMessage.get_current_message() is None:
@@ -278,7 +282,7 @@ def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error:
         record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
         return
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=current()):
             record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
             with handling(envelope), context_schemas.acting_as(context_of(subscriber)):
                 hook(envelope)
@@ -325,7 +329,7 @@ def _handle_once(
     savepoint: bool = True,
     receipt: tuple[bool, bool] | None = None,
 ) -> str:
-    with transaction.atomic(savepoint=savepoint):
+    with transaction.atomic(using=current(), savepoint=savepoint):
         first, dead_lettered = receipt if receipt is not None else first_receipt(sub.subscriber, envelope)
         if not first:
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(

@@ -9,9 +9,9 @@ will be stale).
 import logging
 from enum import StrEnum
 
-from django.db import connection
 from django.db.models import F
 
+from outbox.core.context_databases import connection
 from outbox.models import StreamCursor
 
 logger = logging.getLogger(__name__)

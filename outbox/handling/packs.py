@@ -58,6 +58,8 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core import context_schemas
+from outbox.core.context_databases import current, working_in
+from outbox.core.context_databases import of as database_of
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import (
     HANDED_ON,
@@ -86,6 +88,11 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone, those that may in one transaction;
     one to be retried is enqueued alone once what the pack did is committed."""
+    with working_in(database_of(context_of(subscriber))):  # its inbox is beside its context's tables
+        _dispatch_pack(subscriber, bodies, broker)
+
+
+def _dispatch_pack(subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     pack = CurrentMessage.get_current_message()
     if pack is not None and came_before(pack):
         _hand_on(broker, subscriber, bodies, pack)
@@ -151,7 +158,7 @@ def _handle_together(
         run.end += 1
     while True:
         try:
-            with transaction.atomic():
+            with transaction.atomic(using=current()):
                 run.sure = sure_to_reach_their_handler(
                     unpacked.subscriber, {p: unpacked.bodies[p] for p in range(start, run.end) if p not in run.failed}
                 )
@@ -159,10 +166,10 @@ def _handle_together(
                 held = _hold_streams(unpacked.subscriber, run.sure)
                 while True:
                     try:
-                        with transaction.atomic(savepoint=held):
+                        with transaction.atomic(using=current(), savepoint=held):
                             return _one_pass(unpacked, run, out_of_time)
                     except FailedInSharedTransaction:
-                        if not held or out_of_time() or transaction.get_connection().needs_rollback:
+                        if not held or out_of_time() or transaction.get_connection(current()).needs_rollback:
                             raise  # out of the transaction: everything in it is rolled back
                         # Rolled back to the savepoint: the streams and the rows still held.
         except FailedInSharedTransaction:
@@ -225,7 +232,7 @@ def _one_pass(
     # What is left (the pack has used its time limit, or failed twice) goes on alone: not received here.
     left = [p for p, (first, _) in run.receipts.items() if first and p >= position and p not in unkept]
     withdraw_receipts(unpacked.subscriber, [run.sure[p].message_id for p in left])
-    if rolled_back(transaction.get_connection()):
+    if rolled_back(transaction.get_connection(current())):
         # Nothing outside a handler should fail and go on; should something have, the pack fails,
         # comes again and is unpacked.
         raise WorkRolledBack(f"{unpacked.subscriber}'s pack transaction was rolled back outside a handler")

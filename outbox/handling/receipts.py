@@ -10,10 +10,10 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 from pydantic import ValidationError
 
+from outbox.core.context_databases import connection
 from outbox.core.dead_letters import REPLAYABLE
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscription

@@ -67,3 +67,17 @@ port = whole_number(at_least=1, at_most=65535)
 # Days from now, for an expiry or a retention window: a century at most keeps the date a date.
 duration_in_days = number(above=0, at_most=36_500)
 duration_in_days.__doc__ = "Days from now (more than 0, a century at most): an expiry or a retention window."
+
+
+def kernel_database(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """`--database`, for a command that works on one database's kernel tables (a relay's, the sweep's,
+    the pruning's): `default`, or one a context was put on (OUTBOX_CONTEXT_DATABASES). The command
+    then calls `outbox.core.context_databases.serve` with it."""
+    from outbox.core.context_databases import kernel_databases  # the settings: read when the command is built
+
+    parser.add_argument(
+        "--database",
+        choices=kernel_databases(),
+        default="default",
+        help=f"The database whose {what}: run it once for each database a context is on.",
+    )

@@ -29,6 +29,7 @@ from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
 from outbox.core.brokers import reconnected_if_lost
+from outbox.core.context_databases import current
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import PACK, is_pack, queue_name, subscribers
 from outbox.models import InboxMessage
@@ -127,7 +128,7 @@ def _record_pack(subscriber: str, pack: dramatiq.Message) -> None:
             "message_id", flat=True
         )
     }
-    with transaction.atomic():
+    with transaction.atomic(using=current()):
         for envelope in envelopes:
             if isinstance(envelope, dict) and str(envelope.get("message_id")) in processed:
                 continue

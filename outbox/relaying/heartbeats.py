@@ -11,9 +11,10 @@ import time
 
 import dramatiq
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.utils import timezone
 
+from outbox.core.context_databases import connection
 from outbox.core.subscriptions import envelopes_handled
 
 logger = logging.getLogger(__name__)

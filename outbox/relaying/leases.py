@@ -9,11 +9,12 @@ take back each other's rows, and an event is due by the same clock that judged i
 import uuid
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Greatest, Now
 from django.utils import timezone
 
+from outbox.core.context_databases import connection, current
 from outbox.models import OutboxMessage
 
 
@@ -23,7 +24,7 @@ def claim(*, lease: timedelta, batch_size: int, token: str | None = None) -> lis
     if connection.vendor == "postgresql":
         return _claim_in_one_statement(token, lease=lease, batch_size=batch_size)
     now = timezone.now()  # the embedded default: one host, one clock
-    with transaction.atomic():
+    with transaction.atomic(using=current()):
         due = (
             OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=now)
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))

@@ -34,6 +34,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
 from outbox.core import wake_up
+from outbox.core.context_databases import current
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import message_to, queue_name, subscribers_of
 from outbox.models import OutboxMessage
@@ -218,7 +219,7 @@ class Relay:
             return
         self.next_beat = time.monotonic() + heartbeats.interval()
         try:
-            with transaction.atomic():  # a savepoint when called inside another: the failure stays here
+            with transaction.atomic(using=current()):  # a savepoint when called inside another: the failure stays here
                 heartbeats.beat(process=self.process, kind="relay", started_at=self.started_at, relayed=self.relayed)
         except DatabaseError as error:
             logger.debug("relay heartbeat not written: %s", error)
@@ -377,7 +378,7 @@ class Relay:
             body = row.envelope()
         except Exception:
             body = row.envelope(traced=False)  # what broke it (its trace context) stays out of the letter
-        with transaction.atomic():
+        with transaction.atomic(using=current()):
             for subscriber in self._not_reached(row):  # one whose copy got through needs no replay
                 record_dead_letter(
                     subscriber=subscriber,

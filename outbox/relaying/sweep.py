@@ -24,12 +24,14 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from outbox.core.context_databases import connection, current, routed, working_in
+from outbox.core.context_databases import of as database_of
 from outbox.core.dead_letters import Reason, record_dead_letter
-from outbox.core.subscriptions import subscribers_of
+from outbox.core.subscriptions import context_of, subscribers, subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.observability.metrics import SWEPT
 
@@ -87,7 +89,7 @@ def sweep_unacknowledged(
 def _sweep_page(*, now, after: tuple | None, size: int) -> tuple[Swept, tuple | None]:
     """One page in one transaction: the next `size` unsettled rows past their grace after `after`."""
     swept = Swept(pages=1)
-    with transaction.atomic():
+    with transaction.atomic(using=current()):
         if not _only_sweeper():
             return Swept(skipped=True), after
         unsettled = OutboxMessage.objects.filter(
@@ -103,7 +105,8 @@ def _sweep_page(*, now, after: tuple | None, size: int) -> tuple[Swept, tuple | 
         keys = list(unsettled.order_by("published_at", "id").values_list("published_at", "id")[:size])
         swept.looked_at = len(keys)
         ids = [row_id for _, row_id in keys]
-        settled_at_once = _settle_acknowledged(ids, now=now) if connection.vendor == "postgresql" else set()
+        at_once = connection.vendor == "postgresql" and _every_inbox_here()
+        settled_at_once = _settle_acknowledged(ids, now=now) if at_once else set()
         rows = list(OutboxMessage.objects.filter(id__in=set(ids) - settled_at_once))
         waiting = _unacknowledged(rows)
         settled = [row.id for row in rows if not waiting.get(row.message_id)]
@@ -145,6 +148,12 @@ def _settle_acknowledged(ids: list[int], *, now) -> set[int]:
         return {row_id for (row_id,) in cursor.fetchall()}
 
 
+def _every_inbox_here() -> bool:
+    """Whether every subscriber's inbox and letters are on this database, as on the default
+    topology: a context on a database of its own (outbox.core.context_databases) has them on its."""
+    return not routed() or all(database_of(context_of(s)) == current() for s in subscribers())
+
+
 def lag_seconds(*, grace: float | None = None) -> float:
     """The age of the oldest unsettled relayed row beyond its grace (0 when none): the sweep behind,
     or a subscriber that has not acknowledged it (an outage; the sweep is resending to it)."""
@@ -181,11 +190,15 @@ def _unacknowledged(rows: list[OutboxMessage]) -> dict[UUID, list[str]]:
             wanted.setdefault(subscriber, []).append(row.message_id)
     missing: dict[UUID, list[str]] = {}
     for subscriber, ids in wanted.items():
+        where = database_of(context_of(subscriber))  # its inbox is beside its context's tables
         done = set(
-            InboxMessage.objects.filter(subscriber=subscriber, message_id__in=ids).values_list("message_id", flat=True)
+            InboxMessage.objects.using(where)
+            .filter(subscriber=subscriber, message_id__in=ids)
+            .values_list("message_id", flat=True)
         )
         done |= set(
-            DeadLetter.objects.filter(subscriber=subscriber, message_id__in=ids)
+            DeadLetter.objects.using(where)
+            .filter(subscriber=subscriber, message_id__in=ids)
             .exclude(status=DeadLetter.Status.REPLAYED)  # a replay not yet processed is still owed
             .values_list("message_id", flat=True)
         )
@@ -262,16 +275,19 @@ def _give_up(row: OutboxMessage, subscriber: str, copy: OutboxMessage | None, *,
         and copy.published_at <= now - grace
     )
     if spent:
-        record_dead_letter(
-            subscriber=subscriber,
-            body=row.envelope(),
-            reason=Reason.NEVER_ACKNOWLEDGED,
-            error=LookupError(
-                f"{subscriber} acknowledged none of {settings.OUTBOX_SWEEP_MAX_RESENDS + 1} copies sent "
-                f"{settings.OUTBOX_SWEEP_GRACE_SECONDS:.0f} s or more apart"
-            ),
-            attempts=settings.OUTBOX_SWEEP_MAX_RESENDS + 1,
-        )
+        # Beside the subscriber's inbox, on its database (committed there before this page commits:
+        # should the page roll back, the next one finds the letter and settles the row).
+        with working_in(database_of(context_of(subscriber))):
+            record_dead_letter(
+                subscriber=subscriber,
+                body=row.envelope(),
+                reason=Reason.NEVER_ACKNOWLEDGED,
+                error=LookupError(
+                    f"{subscriber} acknowledged none of {settings.OUTBOX_SWEEP_MAX_RESENDS + 1} copies sent "
+                    f"{settings.OUTBOX_SWEEP_GRACE_SECONDS:.0f} s or more apart"
+                ),
+                attempts=settings.OUTBOX_SWEEP_MAX_RESENDS + 1,
+            )
     return spent
 
 

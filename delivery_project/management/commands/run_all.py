@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
+from outbox.core.context_databases import kernel_databases
 from outbox.core.brokers import describe
 from outbox.management.arguments import port, whole_number
 
@@ -49,7 +50,8 @@ class Command(BaseCommand):
         db = settings.DATABASES["default"]
         self.stdout.write(f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
         self.stdout.write(f"broker:   {describe(settings.BROKER_URL)}")
-        call_command("migrate", interactive=False, verbosity=0)
+        for database in settings.DATABASES:  # a context on a database of its own, and its kernel's tables there
+            call_command("migrate", database=database, interactive=False, verbosity=0)
         if not settings.DEBUG:  # runserver serves static files itself only in development
             call_command("collectstatic", interactive=False, verbosity=0)
         # This supervisor needs no connection while its children run: not even an idle pooled one.
@@ -60,6 +62,11 @@ class Command(BaseCommand):
         commands = {
             "web": [*manage, "runserver", addr, "--noreload"],
             **{f"relay-{i + 1}": [*manage, "relay_outbox"] for i in range(relays)},
+            **{  # one relay (or several) for each database a context was put on: its outbox, its LISTEN
+                f"relay-{database}-{i + 1}": [*manage, "relay_outbox", "--database", database]
+                for database in kernel_databases()[1:]
+                for i in range(relays)
+            },
             "workers": [*manage, "rundramatiq", "--processes", str(processes), "--threads", str(threads)],
         }
         # Every child writes its metrics to one fresh directory, so the web's /metrics sums them all.

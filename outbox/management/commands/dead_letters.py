@@ -4,7 +4,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
+from outbox.core.context_databases import serving
 from outbox.core.dead_letters import Reason
+from outbox.management.arguments import kernel_database
 from outbox.models import DeadLetter
 
 
@@ -19,6 +21,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=["list", "replay", "discard"])
+        kernel_database(parser, what="dead letters these are (its contexts' subscribers')")
         parser.add_argument("ids", nargs="*", type=int, help="Dead-letter ids (default: every match of the filters).")
         parser.add_argument("--subscriber", default="")
         parser.add_argument("--reason", default="")
@@ -33,7 +36,11 @@ class Command(BaseCommand):
         parser.add_argument("--note", default="", help="Why (required for discard).")
         parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
 
-    def handle(self, *, action, ids, subscriber, reason, type, all, groups, group, note, by, **options):
+    def handle(self, *, database, **options):
+        with serving(database):
+            self._run(**options)
+
+    def _run(self, *, action, ids, subscriber, reason, type, all, groups, group, note, by, **options):
         _refuse_an_unknown_reason(reason)
         if group:
             return self._act_on_group(action, group, ids or subscriber or reason or type, note, by)

@@ -4,8 +4,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from outbox.core.context_databases import serving
 from outbox.core.retention import Pruned, prune
-from outbox.management.arguments import duration_in_days, whole_number
+from outbox.management.arguments import duration_in_days, kernel_database, whole_number
 
 
 class Command(BaseCommand):
@@ -16,6 +17,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        kernel_database(parser, what="kernel tables are pruned")
         parser.add_argument(
             "--older-than-days",
             type=duration_in_days,
@@ -26,7 +28,11 @@ class Command(BaseCommand):
             "--batch-size", type=whole_number(at_least=1), default=5_000, help="Rows deleted per transaction."
         )
 
-    def handle(self, *, older_than_days, batch_size, verbosity, **options):
+    def handle(self, *, database, **options):
+        with serving(database):
+            self._run(**options)
+
+    def _run(self, *, older_than_days, batch_size, verbosity, **options):
         window = timedelta(seconds=settings.OUTBOX_RETENTION_SECONDS)
         if older_than_days is not None:
             window = timedelta(days=older_than_days)

@@ -7,9 +7,11 @@ import threading
 import time
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Min
 
-from outbox.management.arguments import number, port, whole_number
+from outbox.core.context_databases import serving
+from outbox.management.arguments import kernel_database, number, port, whole_number
 from outbox.models import OutboxMessage
 from outbox.observability.metrics import serve_metrics
 from outbox.relaying.relay import BrokerUnavailable, Relay
@@ -34,13 +36,18 @@ class Command(BaseCommand):
             default=10.0,
             help="At most one progress line this often, in seconds, and none while idle (0: none).",
         )
+        kernel_database(parser, what="outbox this relay serves, with its sweep and retention")
         parser.add_argument(
             "--metrics-port",
             type=port,
             help="Serve Prometheus metrics on this port (a relay on a host without a web process).",
         )
 
-    def handle(self, *, once, batch_size, progress_every, verbosity, metrics_port=None, **options):
+    def handle(self, *, database, **options):
+        with serving(database):  # its claims, wake-up, lease, sweep, retention and heartbeats: this database's
+            self._relay(database=database, **options)
+
+    def _relay(self, *, once, batch_size, progress_every, verbosity, database, metrics_port=None, **options):
         if metrics_port:
             serve_metrics(metrics_port)
             logger.info("metrics on http://0.0.0.0:%d/metrics", metrics_port)
@@ -72,7 +79,11 @@ class Command(BaseCommand):
             last_report[:] = [now, relay.relayed]
 
         if verbosity:
-            logger.info("relay started%s", " (--once)" if once else "; Ctrl-C or SIGTERM stops it")
+            logger.info(
+                "relay started%s%s",
+                "" if database == DEFAULT_DB_ALIAS else f" for the database {database}",
+                " (--once)" if once else "; Ctrl-C or SIGTERM stops it",
+            )
         try:
             relay.run(stop=stop, once=once, on_progress=report)
         except BrokerUnavailable as error:

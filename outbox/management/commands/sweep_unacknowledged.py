@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from outbox.management.arguments import whole_number
+from outbox.core.context_databases import serving
+from outbox.management.arguments import kernel_database, whole_number
 from outbox.relaying.sweep import sweep_unacknowledged
 
 
@@ -12,13 +13,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        kernel_database(parser, what="relayed events are swept")
         parser.add_argument(
             "--limit",
             type=whole_number(at_least=1),
             help="At most this many unsettled events (default: until caught up).",
         )
 
-    def handle(self, *, limit, **options):
+    def handle(self, *, database, **options):
+        with serving(database):
+            self._run(**options)
+
+    def _run(self, *, limit, **options):
         swept = sweep_unacknowledged(limit=limit)
         if swept.skipped:
             self.stdout.write("another process is sweeping; nothing done")
