@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
-from outbox.core.context_databases import kernel_databases
 from outbox.core.brokers import describe
+from outbox.core.context_databases import kernel_databases
 from outbox.management.arguments import port, whole_number
 
 
