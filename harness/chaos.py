@@ -36,6 +36,8 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from harness.simulation import Api
 from notifications.models import Notification
+from outbox.core.context_databases import kernel_databases
+from outbox.core.context_databases import of as database_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 KINDS = ("kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections")
@@ -120,14 +122,20 @@ def chaos_env(*, run_env: dict[str, str], speedup: float, broker_urls: list[str]
 
 
 class System:
-    """Web, two relays and two worker processes, each in a process group of its own."""
+    """Web, two relays (two for each database with an outbox) and two worker processes, each in a
+    process group of its own."""
 
     def __init__(self, *, env: dict[str, str], addr: str, logs: Path, threads: int):
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+        # Two relays for each database with an outbox, taking turns: relay-1 and relay-2, which the
+        # faults hit, are one of each when a context is on a database of its own.
+        relays = [database for _ in range(2) for database in kernel_databases()]
         self.commands = {
             "web": [*manage, "runserver", addr, "--noreload"],
-            "relay-1": [*manage, "relay_outbox"],
-            "relay-2": [*manage, "relay_outbox"],
+            **{
+                f"relay-{i}": [*manage, "relay_outbox", *(["--database", db] if db != "default" else [])]
+                for i, db in enumerate(relays, 1)
+            },
             "worker-1": [*manage, "rundramatiq", "--processes", "1", "--threads", str(threads)],
             "worker-2": [*manage, "rundramatiq", "--processes", "1", "--threads", str(threads)],
         }
@@ -266,7 +274,7 @@ class Ledger:
         if open_ or sum(statuses.values()) < len(self.accepted):
             reasons.append(f"{open_} deliveries not terminal ({statuses})")
         self.as_of = timezone.now()
-        due = OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=self.as_of).count()
+        due = self._due()
         if due:
             reasons.append(f"{due} outbox rows due and not relayed")
         missing = self._unprocessed()
@@ -274,14 +282,24 @@ class Ledger:
             reasons.append(f"{len(missing)} messages not processed by a recipient")
         return reasons
 
-    def _unprocessed(self) -> list[tuple[str, str, str]]:
-        processed = set(InboxMessage.objects.values_list("subscriber", "message_id"))
-        dead = set(DeadLetter.objects.values_list("subscriber", "message_id"))
-        missing = []
-        rows = OutboxMessage.objects.filter(published_at__isnull=False, available_at__lte=self.as_of).values_list(
-            "message_id", "type", "recipients", "target_subscriber"
+    def _due(self) -> int:
+        """Outbox rows due by `as_of` and not yet relayed, on every database."""
+        return sum(
+            q.filter(published_at__isnull=True, available_at__lte=self.as_of).count() for q in rows(OutboxMessage)
         )
-        for message_id, type_, recipients, target in rows:
+
+    def _unprocessed(self) -> list[tuple[str, str, str]]:
+        processed = {pair for q in rows(InboxMessage) for pair in q.values_list("subscriber", "message_id")}
+        dead = {pair for q in rows(DeadLetter) for pair in q.values_list("subscriber", "message_id")}
+        missing = []
+        relayed = [
+            row
+            for q in rows(OutboxMessage)
+            for row in q.filter(published_at__isnull=False, available_at__lte=self.as_of).values_list(
+                "message_id", "type", "recipients", "target_subscriber"
+            )
+        ]
+        for message_id, type_, recipients, target in relayed:
             for subscriber in [target] if target else recipients:
                 if (subscriber, message_id) not in processed and (subscriber, message_id) not in dead:
                     missing.append((subscriber, str(message_id), type_))
@@ -298,12 +316,14 @@ class Ledger:
                 self.violations.append(f"delivery {delivery_id} stuck {delivery.status}")
         for subscriber, message_id, type_ in self._unprocessed()[:20]:
             self.violations.append(f"{type_} {message_id} never processed by {subscriber}")
-        due = OutboxMessage.objects.filter(published_at__isnull=True, available_at__lte=self.as_of).count()
+        due = self._due()
         if due:
             self.violations.append(f"{due} outbox rows due and never relayed")
-        returned = set(
-            OutboxMessage.objects.filter(type="drone.package_returned").values_list("correlation_id", flat=True)
-        )
+        returned = {
+            c
+            for q in rows(OutboxMessage)
+            for c in q.filter(type="drone.package_returned").values_list("correlation_id", flat=True)
+        }
         for delivery in deliveries.values():
             if (
                 delivery.status == "delivered"
@@ -319,26 +339,30 @@ class Ledger:
             if kind and (delivery.id, kind) not in notified:
                 self.violations.append(f"delivery {delivery.id} is {delivery.status} but no {kind} notification")
         self._check_drones(deliveries)
-        for letter in DeadLetter.objects.all()[:20]:
+        for letter in [letter for q in rows(DeadLetter) for letter in q[:20]][:20]:
             self.violations.append(f"dead letter: {letter.type} to {letter.subscriber}, {letter.reason}")
         statuses = Counter(d.status for d in deliveries.values())
         self.figures.update(
             deliveries=dict(statuses),
             failure_reasons=dict(Counter(d.status_reason for d in deliveries.values() if d.status == "failed")),
-            events_relayed=OutboxMessage.objects.filter(published_at__isnull=False).count(),
-            messages_processed=InboxMessage.objects.count(),
-            duplicates_absorbed=sum(InboxMessage.objects.values_list("duplicates", flat=True)),
-            rows_sent_more_than_once=OutboxMessage.objects.filter(send_attempts__gt=1).count(),
-            rows_resent_by_the_sweep=OutboxMessage.objects.filter(resends__gt=0).count(),
-            dead_letters=DeadLetter.objects.count(),
+            events_relayed=sum(q.filter(published_at__isnull=False).count() for q in rows(OutboxMessage)),
+            messages_processed=sum(q.count() for q in rows(InboxMessage)),
+            duplicates_absorbed=sum(n for q in rows(InboxMessage) for n in q.values_list("duplicates", flat=True)),
+            rows_sent_more_than_once=sum(q.filter(send_attempts__gt=1).count() for q in rows(OutboxMessage)),
+            rows_resent_by_the_sweep=sum(q.filter(resends__gt=0).count() for q in rows(OutboxMessage)),
+            dead_letters=sum(q.count() for q in rows(DeadLetter)),
         )
+        if len(kernel_databases()) > 1:
+            self.figures["databases"] = kernel_databases()
 
     def _check_drones(self, deliveries: dict[str, Delivery]) -> None:
         """Walk the drones' reservations in commit order: a drone's events are all written under
         its row lock, so their outbox ids follow the order in which they happened."""
         holder: dict[str, str] = {}  # drone -> delivery
         held: dict[str, set[str]] = defaultdict(set)  # delivery -> drones
-        events = OutboxMessage.objects.filter(type__in=("drone.scheduled", "drone.released")).order_by("id")
+        # In the drones' own outbox, wherever that is: ids are in commit order within one database.
+        events = OutboxMessage.objects.using(database_of("drones"))
+        events = events.filter(type__in=("drone.scheduled", "drone.released")).order_by("id")
         for type_, payload in events.values_list("type", "payload"):
             drone, delivery = payload["drone_id"], payload["delivery_id"]
             if type_ == "drone.scheduled":
@@ -355,6 +379,12 @@ class Ledger:
             delivery = deliveries.get(str(drone.delivery_id))
             if delivery is not None and delivery.status in TERMINAL:
                 self.violations.append(f"drone {drone.name} still held ({drone.status}) for {delivery.status} delivery")
+
+
+def rows(model) -> list:
+    """A kernel model's rows on each database with the kernel's tables: one, unless a context is on
+    a database of its own (CONTEXT_DATABASE_URLS), whose events, inbox and letters are there."""
+    return [model.objects.using(database) for database in kernel_databases()]
 
 
 class Recipient(threading.Thread):

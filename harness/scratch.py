@@ -12,10 +12,11 @@ from urllib.parse import urlsplit
 import psycopg
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections
 
 from delivery_project import database_url
 from outbox.core.brokers import amqp_parameters, broker_urls
+from outbox.core.context_databases import kernel_databases
 from outbox.core.subscriptions import routing_table
 
 
@@ -25,10 +26,14 @@ class Scratch:
     database: str
     database_url: str
     queue_prefix: str
+    # CONTEXT_DATABASE_URLS pointed at the run's own database on each context's server, if any
+    context_database_urls: str = ""
 
     def env(self) -> dict[str, str]:
         """The environment of a process that is to work in this run's database and queues."""
         env = {**os.environ, "DATABASE_URL": self.database_url, "OUTBOX_QUEUE_PREFIX": self.queue_prefix}
+        if self.context_database_urls:
+            env["CONTEXT_DATABASE_URLS"] = self.context_database_urls
         if settings.OUTBOX_LISTEN_DATABASE_URL:  # the relays' direct LISTEN, to this run's database too
             listen = database_url.parse(settings.OUTBOX_LISTEN_DATABASE_URL)
             env["OUTBOX_LISTEN_DATABASE_URL"] = database_url.url_of(listen, NAME=self.database)
@@ -38,26 +43,35 @@ class Scratch:
 @contextlib.contextmanager
 def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
     """Point this process's connection at a new, migrated PostgreSQL database; drop it (and
-    the run's queues) at the end unless `keep`."""
+    the run's queues) at the end unless `keep`. A context on a database of its own
+    (CONTEXT_DATABASE_URLS) gets one of the run's own on its server too, dropped with it."""
     if connection.vendor != "postgresql":
         raise RuntimeError(f"{kind} runs on PostgreSQL: set DATABASE_URL=postgres://...")
     run = uuid.uuid4().hex[:8]
     scratch = Scratch(run=run, database=f"{kind}_{run}", database_url="", queue_prefix=f"{kind}-{run}-")
-    admin = _server_connection()
-    admin.execute(f'CREATE DATABASE "{scratch.database}"')
+    admins = {alias: _server_connection(alias) for alias in kernel_databases()}
+    made = []
     try:
-        scratch = Scratch(**{**scratch.__dict__, "database_url": _use_database(scratch.database)})
-        call_command("migrate", interactive=False, verbosity=0, stdout=io.StringIO())
+        for alias, admin in admins.items():
+            admin.execute(f'CREATE DATABASE "{scratch.database}"')
+            made.append(alias)
+        urls = {alias: _use_database(scratch.database, alias) for alias in admins}
+        contexts = " ".join(f"{label}={urls[alias]}" for label, alias in settings.OUTBOX_CONTEXT_DATABASES.items())
+        scratch = Scratch(**{**scratch.__dict__, "database_url": urls["default"], "context_database_urls": contexts})
+        for alias in admins:
+            call_command("migrate", database=alias, interactive=False, verbosity=0, stdout=io.StringIO())
         server_sessions_start_again(scratch.database)
         yield scratch
     finally:
-        connection.close()
-        if getattr(connection, "pool", None):
-            connection.close_pool()
+        for alias in admins:
+            connections[alias].close()
+            if getattr(connections[alias], "pool", None):
+                connections[alias].close_pool()
         delete_queues(scratch.queue_prefix)
-        if not keep:
-            admin.execute(f'DROP DATABASE IF EXISTS "{scratch.database}" WITH (FORCE)')
-        admin.close()
+        for alias, admin in admins.items():
+            if not keep and alias in made:
+                admin.execute(f'DROP DATABASE IF EXISTS "{scratch.database}" WITH (FORCE)')
+            admin.close()
 
 
 def server_sessions_start_again(database: str) -> None:
@@ -74,24 +88,30 @@ def server_sessions_start_again(database: str) -> None:
         PgBouncer(port=int(port)).close_server_connections(database)
 
 
-def connection_params() -> dict:
+def connection_params(alias: str = "default") -> dict:
     """This process's connection parameters, for a psycopg connection of its own."""
-    params = connection.get_connection_params()
+    params = connections[alias].get_connection_params()
     for key in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(key, None)
     return params
 
 
-def _server_connection() -> psycopg.Connection:
-    return psycopg.connect(**{**connection_params(), "dbname": "postgres"}, autocommit=True)
+def _server_connection(alias: str = "default") -> psycopg.Connection:
+    return psycopg.connect(**{**connection_params(alias), "dbname": "postgres"}, autocommit=True)
 
 
-def _use_database(name: str) -> str:
-    """Point this process at `name`; the URL that points other processes there."""
-    db = connection.settings_dict
+def _use_database(name: str, alias: str = "default") -> str:
+    """Point this process's `alias` at `name`; the URL that points other processes there."""
+    db = connections[alias].settings_dict
+    url = settings.DATABASE_URL if alias == "default" else _context_urls()[alias]
     db["NAME"] = name
-    connection.close()
-    return database_url.url_of(database_url.parse(settings.DATABASE_URL), NAME=name)  # every option kept
+    connections[alias].close()
+    return database_url.url_of(database_url.parse(url), NAME=name)  # every option kept
+
+
+def _context_urls() -> dict[str, str]:
+    """CONTEXT_DATABASE_URLS as the deployable read it: alias -> URL."""
+    return dict(item.split("=", 1) for item in settings.CONTEXT_DATABASE_URLS.split())
 
 
 def delete_queues(prefix: str) -> None:
