@@ -8,6 +8,7 @@ host that shares the directory (web, relays, workers); otherwise this process's 
 
 import threading
 import time
+from collections import Counter
 
 from django.conf import settings
 from django.db.models import Count, Min, Q
@@ -19,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from deliveries.models import Delivery
 from delivery_project.monitoring import monitoring_only
 from outbox.console.dead_letter_groups import open_groups
+from outbox.core.context_databases import kernel_databases, working_in
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.observability.metrics import counters
 from outbox.relaying import sweep
@@ -35,25 +37,38 @@ class SystemState:
         now = timezone.now()
         # One query, so the backlog and the due rows are counted at one moment: counted apart, a
         # row relayed in between made the backlog smaller than what was due in it.
+        # With a context on a database of its own, every outbox counts: totals, and the worst age.
         is_due = Q(available_at__lte=now)
-        pending = OutboxMessage.objects.filter(published_at__isnull=True).aggregate(
-            backlog=Count("id"), due=Count("id", filter=is_due), oldest=Min("available_at", filter=is_due)
-        )
-        yield GaugeMetricFamily("outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", pending["backlog"])
-        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", pending["due"])
+        databases = kernel_databases()
+        pending = [
+            OutboxMessage.objects.using(database)
+            .filter(published_at__isnull=True)
+            .aggregate(backlog=Count("id"), due=Count("id", filter=is_due), oldest=Min("available_at", filter=is_due))
+            for database in databases
+        ]
+        backlog, due = sum(p["backlog"] for p in pending), sum(p["due"] for p in pending)
+        yield GaugeMetricFamily("outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", backlog)
+        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", due)
         yield GaugeMetricFamily(
             "outbox_oldest_due_age_seconds",
             "How long the oldest due row has waited for the relay",
-            _age(pending["oldest"]),
+            max(_age(p["oldest"]) for p in pending),
         )
+        lags = []
+        for database in databases:
+            with working_in(database):
+                lags.append(sweep.lag_seconds())
         yield GaugeMetricFamily(
             "outbox_sweep_lag_seconds",
             "How far the redelivery sweep is behind: the age of the oldest unsettled relayed row beyond its grace",
-            sweep.lag_seconds(),
+            max(lags),
         )
         letters = GaugeMetricFamily("outbox_dead_letters_open", "Open dead letters, by reason", labels=["reason"])
-        open_letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).values_list("reason")
-        for reason, count in open_letters.annotate(n=Count("id")):
+        by_reason = Counter()
+        for database in databases:
+            open_letters = DeadLetter.objects.using(database).filter(status=DeadLetter.Status.OPEN)
+            by_reason.update(dict(open_letters.values_list("reason").annotate(n=Count("id"))))
+        for reason, count in by_reason.items():
             letters.add_metric([reason], count)
         yield letters
         by_status = GaugeMetricFamily("deliveries", "Deliveries, by status", labels=["status"])

@@ -15,13 +15,15 @@ from django.db import connection
 
 from harness.postgres_servers import PostgresServer
 from tests.factories import BASE, delivery_request
-from tests.processes import MANAGE, a_free_port, launched, manage, post, started, web_server_up
+from tests.processes import MANAGE, a_free_port, launched, manage, post, web_server_up
 from tests.servers import POSTGRES_RIG
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, *POSTGRES_RIG]
 DATABASE = "drones_of_a_run"
 DELIVERIES = 4
+AVAILABLE = "SELECT count(*) FROM drones_drone WHERE status = 'available'"
+UNRELAYED = "SELECT count(*) FROM outbox_outboxmessage WHERE published_at IS NULL AND available_at <= now()"
 EVENTS_BY_TYPE = "SELECT type, count(*) FROM outbox_outboxmessage WHERE target_subscriber = '' GROUP BY type"
 INBOX_BY_SUBSCRIBER = "SELECT subscriber, count(*) FROM outbox_inboxmessage GROUP BY subscriber"
 
@@ -41,9 +43,69 @@ def _timeline(port: int, token: str, delivery_id: str) -> list[dict]:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/api/deliveries/{delivery_id}/timeline", headers={"Authorization": f"Bearer {token}"}
     )
-
     with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
+
+
+class System:
+    """Web, a relay for each database with an outbox, and the workers, as processes with `env`."""
+
+    def __init__(self, env: dict, logs, *, relays_for: tuple[str, ...] = ("default",)):
+        self.env, self.logs, self.port = env, logs, a_free_port()
+        logs.mkdir(exist_ok=True)
+        self.url = f"http://127.0.0.1:{self.port}/api/deliveryrequests"
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.relays_for = relays_for
+
+    def start(self, *names: str) -> None:
+        commands = {
+            "web": [*MANAGE, "runserver", f"127.0.0.1:{self.port}", "--noreload"],
+            "workers": [*MANAGE, "rundramatiq", "--processes", "1", "--threads", "4"],
+            **{
+                f"relay-{db}": [*MANAGE, "relay_outbox", "--database", db, "--progress-every", "0"]
+                for db in self.relays_for
+            },
+        }
+        for name in names or commands:
+            self.processes[name] = launched(commands[name], self.env, log=self.logs / f"{name}.log")
+        if "web" in (names or commands):
+            wait_until(lambda: web_server_up(self.url), timeout=60, what="the web server to answer")
+
+    def request(self, token: str, count: int) -> list[str]:
+        accepted = []
+        for _ in range(count):
+            status, _, answer = post(self.url, token, delivery_request(), str(uuid.uuid4()))
+            assert status == 202, answer
+            accepted.append(answer["deliveryId"])
+        return accepted
+
+    def stop(self, *names: str) -> None:
+        stopping = [self.processes.pop(name) for name in (names or list(self.processes))]
+        for process in stopping:
+            assert process.poll() is None, f"a process died by itself: {process.args}"
+            process.terminate()
+        for process in stopping:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        for process in self.processes.values():
+            process.kill()
+            process.wait(10)
+
+
+def _delivered() -> int:
+    return _on_default("SELECT count(*) FROM deliveries_delivery WHERE status = 'delivered'")[0][0]
+
+
+def _drones_available(server) -> int:
+    return _count(_on_server(server, AVAILABLE))
 
 
 def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_contexts_events(env, tmp_path):
@@ -54,45 +116,15 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
         manage(two, "migrate", "--noinput", "--database", "drones")
         manage(two, "seed_fleet", "3", "--latitude", str(BASE[0]), "--longitude", str(BASE[1]))
         token = manage(two, "create_customer", "alice").splitlines()[-1]
-        port = a_free_port()
-        url = f"http://127.0.0.1:{port}/api/deliveryrequests"
-        processes = {
-            "web": launched([*MANAGE, "runserver", f"127.0.0.1:{port}", "--noreload"], two, log=tmp_path / "web.log"),
-            "relay": started(two, "relay_outbox", "--progress-every", "0", log=tmp_path / "relay.log"),
-            "relay-drones": started(
-                two, "relay_outbox", "--database", "drones", "--progress-every", "0", log=tmp_path / "relay-drones.log"
-            ),
-            "workers": started(two, "rundramatiq", "--processes", "1", "--threads", "4", log=tmp_path / "workers.log"),
-        }
-        try:
-            wait_until(lambda: web_server_up(url), timeout=60, what="the web server to answer")
-            accepted = []
-            for _ in range(DELIVERIES):
-                status, _, answer = post(url, token, delivery_request(), str(uuid.uuid4()))
-                assert status == 202, answer
-                accepted.append(answer["deliveryId"])
-
-            def delivered() -> bool:
-                rows = _on_default("SELECT count(*) FROM deliveries_delivery WHERE status = 'delivered'")
-                return rows[0][0] == DELIVERIES
-
-            wait_until(delivered, timeout=90, what="every delivery to be delivered")
-            wait_until(
-                lambda: _on_server(server, "SELECT count(*) FROM drones_drone WHERE status = 'available'")[0][0] == 3,
-                what="every drone to be released",
-            )
-            story = _timeline(port, token, accepted[0])
-            died = {name: p.poll() for name, p in processes.items() if p.poll() is not None}
-            assert not died, f"processes died: {died}"
-        finally:
-            for process in processes.values():
-                process.terminate()
-            for process in processes.values():
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+        with System(two, tmp_path, relays_for=("default", "drones")) as system:
+            system.start()
+            accepted = system.request(token, DELIVERIES)
+            wait_until(lambda: _delivered() == DELIVERIES, timeout=90, what="every delivery to be delivered")
+            wait_until(lambda: _drones_available(server) == 3, what="every drone to be released")
+            story = _timeline(system.port, token, accepted[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{system.port}/metrics", timeout=10) as answer:
+                metrics = answer.read().decode()
+            system.stop()
 
         # The drones' state is on their server, and none of it on the project's database.
         assert _on_server(server, "SELECT count(*) FROM drones_drone")[0][0] == 3
@@ -120,6 +152,8 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
         assert inbox_here.get("deliveries", 0) > 0 and "drones" not in inbox_here
         assert _on_server(server, "SELECT count(*) FROM outbox_deadletter")[0][0] == 0
         assert _on_default("SELECT count(*) FROM outbox_deadletter")[0][0] == 0
+        # /metrics reads every outbox (a query of one on the other's database would fail the page).
+        assert "\noutbox_due_rows 0.0\n" in metrics, metrics
 
         # The story of a delivery, read through the API, holds both databases' events, each after its cause.
         types = [event["type"] for event in story]
@@ -136,3 +170,67 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             said = manage(swept, "sweep_unacknowledged", "--database", database)
             assert ", 0 copies sent again, 0 dead-lettered" in said, f"{database}: {said}"
             assert "looked at 0 " not in said, f"{database}: {said}"
+
+
+def _count(rows: list[tuple]) -> int:
+    return rows[0][0]
+
+
+def test_a_deployment_moves_drones_onto_a_server_of_their_own_with_their_data_and_loses_nothing_in_flight(
+    env, tmp_path
+):
+    """On one database first: deliveries delivered (the deliveries context has followed the drones'
+    streams), then some left in the broker unhandled (the workers stopped) and some in the outbox
+    unrelayed (the relay stopped too). Then, everything stopped: `migrate --database drones` and
+    `move_context drones`, and the system started again with the drones on their server. Every
+    delivery is delivered once, each drone's stream numbered on from where it was."""
+    with PostgresServer() as server:
+        server.create_database(DATABASE)
+        one, two = env, {**env, "CONTEXT_DATABASE_URLS": f"drones={server.url(DATABASE)}"}
+        manage(one, "seed_fleet", "3", "--latitude", str(BASE[0]), "--longitude", str(BASE[1]))
+        token = manage(one, "create_customer", "alice").splitlines()[-1]
+        with System(one, tmp_path / "one") as system:
+            system.start()
+            system.request(token, 3)
+            wait_until(lambda: _delivered() == 3, timeout=90, what="the first deliveries to be delivered")
+            wait_until(lambda: _count(_on_default(AVAILABLE)) == 3, what="every drone to be released")
+            system.stop("workers")
+            system.request(token, 2)  # relayed, and left in the broker
+            wait_until(lambda: _count(_on_default(UNRELAYED)) == 0, what="the relay to send them")
+            system.stop("relay-default")
+            system.request(token, 2)  # left in the outbox
+            assert _count(_on_default(UNRELAYED)) > 0
+            system.stop()
+        streams_before = dict(_on_default("SELECT name, last_sequence FROM outbox_stream WHERE name LIKE 'drone:%%'"))
+
+        manage(two, "migrate", "--noinput", "--database", "drones")
+        said = manage(two, "move_context", "drones")
+        assert "checked: every row is on drones" in said and "drones_drone 3" in said, said
+        assert _count(_on_default("SELECT count(*) FROM drones_drone")) == 0
+        again = manage(two, "move_context", "drones")  # run again: nothing left to move, and nothing lost
+        assert "deleted from default: nothing" in again, again
+        assert dict(_on_server(server, "SELECT name, last_sequence FROM outbox_stream WHERE name LIKE 'drone:%%'")) == (
+            streams_before
+        )
+
+        with System(two, tmp_path / "two", relays_for=("default", "drones")) as system:
+            system.start()
+            wait_until(lambda: _delivered() == 7, timeout=120, what="every delivery to be delivered after the move")
+            wait_until(lambda: _drones_available(server) == 3, what="every drone to be released")
+            system.stop()
+
+        scheduled = _on_server(
+            server,
+            "SELECT count(*), count(DISTINCT correlation_id) FROM outbox_outboxmessage "
+            "WHERE type = 'drone.scheduled' AND target_subscriber = ''",
+        )
+        assert scheduled == [(7, 7)], "a delivery was given a drone twice, or none"
+        assert _count(_on_default("SELECT count(*) FROM outbox_outboxmessage WHERE source = 'drones'")) == 0
+        assert _count(_on_default("SELECT count(*) FROM outbox_inboxmessage WHERE subscriber = 'drones'")) == 0
+        assert _count(_on_server(server, "SELECT count(*) FROM outbox_inboxmessage WHERE subscriber = 'drones'")) > 0
+        assert _count(_on_server(server, "SELECT count(*) FROM outbox_deadletter")) == 0
+        assert _count(_on_default("SELECT count(*) FROM outbox_deadletter")) == 0
+        # Each drone's stream went on from its number on the old database, none numbered again from 1.
+        after = dict(_on_server(server, "SELECT name, last_sequence FROM outbox_stream WHERE name LIKE 'drone:%%'"))
+        assert all(after[name] >= number for name, number in streams_before.items()), (streams_before, after)
+        assert any(after[name] > number for name, number in streams_before.items()), "no drone flew again"

@@ -1,0 +1,179 @@
+"""Move a context, with its data, onto the database the settings now put it on (`move_context`).
+
+What moves with it: its tables' rows (their keys kept), and the kernel's rows that are its: the
+events it published (relayed or not, timers still to come, copies the sweep sends again), its
+subscribers' inbox rows, stream cursors and dead letters. Every stream's numbering is carried over
+too, at the higher of the two numbers, so that its next event is numbered after the last its
+subscribers saw (a stream numbered from 1 again would have each of its events dropped as stale by
+an ordered subscriber). What another context published to it stays where it was, and that
+database's relay sends it on: the context's handlers now run on the new database, where its inbox is.
+
+Three steps, each safe to run again: copy (one transaction on the new database, all of it or
+nothing; a row already there, by its key, is left as it is), check (every row of the old database
+is on the new), delete from the old database (one transaction). Stop the processes first (web,
+workers, relays): docs/deployment.md has the whole procedure.
+"""
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.apps import apps
+from django.core.management.color import no_style
+from django.db import connections, models, transaction
+
+from outbox.core.context_databases import of
+from outbox.core.subscriptions import context_of, subscribers
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
+
+
+class CannotMove(Exception):
+    """Why the move stops: said before anything is written, or after the copy and before the delete."""
+
+
+@dataclass
+class Moved:
+    table: str
+    copied: int = 0
+    deleted: int = 0
+
+
+def move_context(
+    *, label: str, source: str = "default", batch_size: int = 2000, on_table: Callable[[Moved], None] | None = None
+) -> list[Moved]:
+    """Copy `label`'s rows and its kernel rows from `source` onto its database, check, then delete
+    them from `source`. Returns what each table moved."""
+    target = of(label)
+    if target == source:
+        raise CannotMove(f"the settings put {label!r} on {source!r} already: set OUTBOX_CONTEXT_DATABASES first")
+    own = _own_models(label)
+    theirs = [s for s in subscribers() if context_of(s) == label]
+    kernel = [
+        (OutboxMessage, models.Q(source=label), ("message_id", "target_subscriber")),
+        (InboxMessage, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
+        (StreamCursor, models.Q(subscriber__in=theirs), ("subscriber", "stream")),
+        (DeadLetter, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
+    ]
+    moved = {model._meta.db_table: Moved(model._meta.db_table) for model in [*own, *(k[0] for k in kernel), Stream]}
+
+    def done(model) -> None:
+        if on_table is not None:
+            on_table(moved[model._meta.db_table])
+
+    with transaction.atomic(using=target):
+        for model in own:
+            moved[model._meta.db_table].copied = _copy(model, models.Q(), source, target, batch_size, keep_keys=True)
+            done(model)
+        for model, where, _ in kernel:
+            moved[model._meta.db_table].copied = _copy(model, where, source, target, batch_size, keep_keys=False)
+            done(model)
+        moved[Stream._meta.db_table].copied = _carry_streams(source, target, batch_size)
+        done(Stream)
+        _restart_sequences(own, target)
+    for model in own:
+        _check(model, models.Q(), ("pk",), source, target, batch_size)
+    for model, where, key in kernel:
+        _check(model, where, key, source, target, batch_size)
+    with transaction.atomic(using=source):
+        for model, where, _ in kernel:
+            moved[model._meta.db_table].deleted = model.objects.using(source).filter(where)._raw_delete(source)
+        for model in reversed(own):
+            moved[model._meta.db_table].deleted = model.objects.using(source).all()._raw_delete(source)
+    return list(moved.values())
+
+
+def _own_models(label: str) -> list[type[models.Model]]:
+    found = [
+        model
+        for model in apps.get_app_config(label).get_models(include_auto_created=True)
+        if model._meta.managed and not model._meta.proxy
+    ]
+    if not found:
+        raise CannotMove(f"{label!r} has no tables to move")
+    return found
+
+
+def _rows(model, where: models.Q, database: str, batch_size: int) -> Iterable[list]:
+    rows = model.objects.using(database).filter(where).order_by("pk")
+    batch = []
+    for row in rows.iterator(chunk_size=batch_size):
+        batch.append(row)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _copy(model, where: models.Q, source: str, target: str, batch_size: int, *, keep_keys: bool) -> int:
+    """Rows of `source` onto `target`, in key order (the kernel's ids, new on the target, keep the
+    order they had: an outbox's id order is its causal order); one there already is left as it is."""
+    copied = 0
+    with _times_as_they_were(model):
+        for batch in _rows(model, where, source, batch_size):
+            if not keep_keys:
+                for row in batch:
+                    row.pk = None
+            model.objects.using(target).bulk_create(batch, ignore_conflicts=True)
+            copied += len(batch)
+    return copied
+
+
+@contextmanager
+def _times_as_they_were(model) -> Iterator[None]:
+    """bulk_create stamps `auto_now` and `auto_now_add` fields with the time of the copy, as save()
+    does (loaddata's raw save does not, but saves a row at a time): for the copy, the rows keep
+    theirs (when they were processed, created, last changed: retention and the console read them).
+    This process's fields only: the command's."""
+    stamped = [
+        f for f in model._meta.concrete_fields if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+    ]
+    before = [(f.auto_now, f.auto_now_add) for f in stamped]
+    for f in stamped:
+        f.auto_now = f.auto_now_add = False
+    try:
+        yield
+    finally:
+        for f, (now, now_add) in zip(stamped, before, strict=True):
+            f.auto_now, f.auto_now_add = now, now_add
+
+
+def _carry_streams(source: str, target: str, batch_size: int) -> int:
+    """Every stream's last number onto the target, where it is higher there is kept."""
+    carried = 0
+    for batch in _rows(Stream, models.Q(), source, batch_size):
+        there = dict(
+            Stream.objects.using(target).filter(name__in=[s.name for s in batch]).values_list("name", "last_sequence")
+        )
+        Stream.objects.using(target).bulk_create(
+            [Stream(name=s.name, last_sequence=s.last_sequence) for s in batch if s.name not in there]
+        )
+        for stream in batch:
+            if stream.name in there and there[stream.name] < stream.last_sequence:
+                Stream.objects.using(target).filter(name=stream.name).update(last_sequence=stream.last_sequence)
+        carried += len(batch)
+    return carried
+
+
+def _restart_sequences(own: list, target: str) -> None:
+    """A table whose keys the database numbers (an AutoField) goes on after the highest copied."""
+    connection = connections[target]
+    statements = connection.ops.sequence_reset_sql(no_style(), own)
+    if statements:
+        with connection.cursor() as cursor:
+            for sql in statements:
+                cursor.execute(sql)
+
+
+def _check(model, where: models.Q, key: tuple[str, ...], source: str, target: str, batch_size: int) -> None:
+    """Every row of `source` is on `target`, by its key: else nothing is deleted."""
+    for batch in _rows(model, where, source, batch_size):
+        wanted = {tuple(getattr(row, name) for name in key) for row in batch}
+        first = key[0]
+        there = set(model.objects.using(target).filter(**{f"{first}__in": {k[0] for k in wanted}}).values_list(*key))
+        missing = wanted - there
+        if missing:
+            raise CannotMove(
+                f"{len(missing)} rows of {model._meta.db_table} are not on the new database "
+                f"(one: {sorted(missing)[0]}): nothing was deleted"
+            )

@@ -1,0 +1,48 @@
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from outbox.core.context_moves import CannotMove, Moved, move_context
+from outbox.management.arguments import whole_number
+
+
+class Command(BaseCommand):
+    help = (
+        "Move a context's data onto the database OUTBOX_CONTEXT_DATABASES now puts it on: its tables' rows, "
+        "the events it published, its subscribers' inbox, cursors and dead letters, and every stream's "
+        "numbering; checked, then deleted from the old database. Run `migrate --database <its database>` "
+        "first, with web, workers and relays stopped. Safe to run again."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("context", help="The context's app label (one OUTBOX_CONTEXT_DATABASES names).")
+        parser.add_argument(
+            "--from",
+            dest="source",
+            default="default",
+            help="The database it was on (default: default).",
+        )
+        parser.add_argument("--batch-size", type=whole_number(at_least=1), default=2000, help="Rows per batch.")
+
+    def handle(self, *, context, source, batch_size, verbosity, **options):
+        if context not in settings.OUTBOX_CONTEXT_DATABASES:
+            raise CommandError(f"OUTBOX_CONTEXT_DATABASES does not name {context!r}: set where it goes first")
+        if source not in settings.DATABASES:
+            raise CommandError(f"--from: {source!r} is not in DATABASES")
+        target, started = settings.OUTBOX_CONTEXT_DATABASES[context], time.monotonic()
+
+        def progress(moved: Moved) -> None:
+            if verbosity:
+                self.stdout.write(f"  copied {moved.table}: {moved.copied:,} rows")
+
+        if verbosity:
+            self.stdout.write(f"moving {context} from {source} to {target}")
+        try:
+            moved = move_context(label=context, source=source, batch_size=batch_size, on_table=progress)
+        except CannotMove as error:
+            raise CommandError(str(error)) from error
+        if verbosity:
+            deleted = ", ".join(f"{m.table} {m.deleted:,}" for m in moved if m.deleted)
+            self.stdout.write(f"checked: every row is on {target}; deleted from {source}: {deleted or 'nothing'}")
+            self.stdout.write(f"moved in {time.monotonic() - started:.1f} s")
