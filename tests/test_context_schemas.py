@@ -5,6 +5,8 @@ handler runs under its context's role, an API request under the deliveries conte
 from one context's code into another context's table is refused by PostgreSQL itself. The admin
 and the commands run as the project's own role. SQLite, the embedded default, is unchanged."""
 
+from uuid import uuid4
+
 import pytest
 from django.apps import apps
 from django.conf import settings
@@ -13,15 +15,18 @@ from django.db import ProgrammingError, connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from deliveries.events import DeliveryCompleted
+from drones.events import DroneGrounded
 from drones.models import Drone
 from outbox.core import context_schemas
+from outbox.core.context_rows import own_rows
 from outbox.core.context_schemas import own_schemas, role_of, search_path
+from outbox.core.dead_letters import record_dead_letter
 from outbox.core.publishing import publish
 from outbox.core.subscriptions import message_to
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from tests.factories import Customer, envelope, requested
 from tests.probe import handlers as probe
-from tests.probe.events import ProbePinged
 from tests.probe.models import Effect
 from tests.waiting import wait_until
 
@@ -58,6 +63,7 @@ def probe_is_a_context(settings, transactional_db):
     its role; given back to `public` afterwards, so the other tests find its tables as before."""
     settings.OUTBOX_CONTEXTS = [*settings.OUTBOX_CONTEXTS, "probe"]
     own_schemas()
+    own_rows()  # its own rows of the kernel's tables (the other roles' policies are as they were)
     server_sessions_start_again()
     yield
     with connection.cursor() as cursor:
@@ -242,8 +248,41 @@ def test_through_a_pooler_a_transaction_that_begins_with_publish_is_given_its_ro
     sees it: it gives the transaction its role itself, or everything after it would run as the owner."""
     settings.OUTBOX_TRANSACTION_POOLER = True
     with context_schemas.acting_as("deliveries"), transaction.atomic():
-        publish(ProbePinged(n=1), stream="ping:first-statement")
+        publish(DeliveryCompleted(delivery_id=uuid4(), drone_id=uuid4()), stream="delivery:first-statement")
         assert current_user() == role_of("deliveries")
+
+
+def count(model, **where) -> int:
+    return model.objects.filter(**where).count()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["as deployed", "per transaction"])
+def test_to_a_contexts_role_the_kernels_tables_hold_only_its_own_events_inbox_and_letters(
+    transactional_db, settings, per_transaction
+):
+    """An outbox, an inbox and dead letters per context on a database they share (context_rows): the
+    drones' events and rows are there, and to the role of deliveries they are not; an event written
+    under another context's name is refused. The operator sees every context's rows."""
+    settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
+    with transaction.atomic():  # as the operator: one event and one row of each context's
+        publish(DroneGrounded(drone_id=uuid4()), stream="drone:rls")
+        publish(DeliveryCompleted(delivery_id=uuid4(), drone_id=uuid4()), stream="delivery:rls")
+    for subscriber in ("drones", "deliveries"):
+        InboxMessage.objects.create(
+            subscriber=subscriber, message_id=uuid4(), type="probe.pinged", correlation_id=uuid4()
+        )
+        record_dead_letter(subscriber=subscriber, body=envelope(), reason="handler_failed")
+    assert count(OutboxMessage, source="drones") == count(OutboxMessage, source="deliveries") == 1
+    with context_schemas.acting_as("deliveries"), transaction.atomic():
+        assert count(OutboxMessage, source="drones") == 0 and count(OutboxMessage, source="deliveries") == 1
+        assert count(InboxMessage, subscriber="drones") == 0 and count(InboxMessage, subscriber="deliveries") == 1
+        assert count(DeadLetter, subscriber="drones") == 0 and count(DeadLetter, subscriber="deliveries") == 1
+        assert set(OutboxMessage.objects.values_list("source", flat=True)) == {"deliveries"}
+    refused = pytest.raises(ProgrammingError, match="row-level security")
+    with refused, context_schemas.acting_as("deliveries"), transaction.atomic():
+        publish(DroneGrounded(drone_id=uuid4()), stream="drone:not-its-own")
+    assert count(OutboxMessage, source="drones") == 1  # the operator's view: every context's
 
 
 def test_a_listed_context_that_is_no_app_and_handlers_outside_every_context_are_said_at_start(settings):

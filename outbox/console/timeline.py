@@ -4,6 +4,7 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from outbox.core import context_schemas
 from outbox.core.context_databases import kernel_databases
 from outbox.core.subscriptions import subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
@@ -20,6 +21,11 @@ def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> li
     With contexts on databases of their own (outbox.core.context_databases) the story is in
     several outboxes and inboxes: each is read, and the events put in causal order by their causes.
     """
+    with context_schemas.acting_as(None):  # every context's rows: read as the operator (context_rows)
+        return _timeline(correlation_id, scheduled=scheduled)
+
+
+def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
     now, databases = timezone.now(), kernel_databases()
     events, replayed = [], {}
     processed: dict[UUID, dict[str, InboxMessage]] = {}

@@ -340,6 +340,10 @@ def before_migrate(sender, using="default", **kwargs) -> None:
 def after_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) -> None:
     """post_migrate, once per `migrate` (sent for the kernel's app, after every app's migrations)."""
     done = own_schemas(using=using)
+    if enabled(connections[using]):  # and each context's rows of the kernel's tables its own
+        from outbox.core.context_rows import own_rows
+
+        done += own_rows(using=using)
     if verbosity and stdout is not None:
         for line in done:
             stdout.write(f"  {line}\n")

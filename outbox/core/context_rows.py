@@ -1,0 +1,84 @@
+"""Each context's own outbox, inbox, cursors and dead letters, on a database it shares: PostgreSQL's
+row-level security on the kernel's tables.
+
+The kernel's tables are one set per database (outbox.core.context_databases puts a set on every
+database a context is on), so that a context's state and its events stay in one transaction. On a
+database several contexts share, each context's role (outbox.core.context_schemas) may read and
+write only its own rows of them:
+
+- `outbox_outboxmessage`: the events it published (`source`, the app that declares them);
+- `outbox_inboxmessage`, `outbox_deadletter`, `outbox_streamcursor`: its subscribers' rows.
+
+So to the role of `drones` the outbox holds the drones' events and nothing else: a query for the
+deliveries' events finds none, and an event written under another context's name is refused
+("new row violates row-level security policy"). `outbox_stream` (a stream's last number) and
+`outbox_heartbeat` have no owner and no policy. The project's role owns the tables and is not
+bound by their policies: the relay, the sweep, the admin and the console read every context's rows,
+as the story of a correlation id is (`correlation_timeline` reads it as the operator, wherever it
+is called from: the API's timeline of a delivery is every context's events).
+
+One policy for each context role and table, named after the role, its condition kept as its
+comment: `after_migrate` compares those with what the subscriptions now say (a subscriber added
+to a context since) in one catalog query, and writes them again only when they differ.
+"""
+
+from django.apps import apps
+from django.conf import settings
+from django.db import connections, transaction
+
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def policies() -> dict[tuple[str, str], str]:
+    """(kernel table, context role) -> the condition the role's rows meet."""
+    from outbox.core.context_schemas import role_of
+    from outbox.core.subscriptions import context_of, subscribers
+
+    wanted = {}
+    for label in settings.OUTBOX_CONTEXTS:
+        role = role_of(label)
+        source = apps.get_app_config(label).name.rsplit(".", 1)[-1]  # as Event.source() names it
+        theirs = sorted(s for s in subscribers() if context_of(s) == label)
+        names = f"ARRAY[{', '.join(_literal(s) for s in theirs)}]::text[]" if theirs else "'{}'::text[]"
+        wanted[(OutboxMessage._meta.db_table, role)] = f"source = {_literal(source)}"
+        for model in (InboxMessage, DeadLetter, StreamCursor):
+            wanted[(model._meta.db_table, role)] = f"subscriber = ANY ({names})"
+    return wanted
+
+
+def own_rows(*, using: str = "default") -> list[str]:
+    """Turn row-level security on for the kernel's tables with an owner, and give each context role
+    its policy on each; what it did, one line each (nothing when all is in place)."""
+    conn = connections[using]
+    quote = conn.ops.quote_name
+    wanted = policies()
+    tables = sorted({table for table, _ in wanted})
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, p.polname, obj_description(p.oid, 'pg_policy') FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_policy p ON p.polrelid = c.oid "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relrowsecurity",
+            [settings.OUTBOX_SCHEMA, tables],
+        )
+        found = cursor.fetchall()
+        secured = {table for table, _, _ in found}
+        have = {(table, role): condition for table, role, condition in found if role is not None}
+        if secured == set(tables) and all(have.get(key) == condition for key, condition in wanted.items()):
+            return []
+        done = []
+        for table in tables:
+            on = f"{quote(settings.OUTBOX_SCHEMA)}.{quote(table)}"
+            if table not in secured:
+                cursor.execute(f"ALTER TABLE {on} ENABLE ROW LEVEL SECURITY")
+            for (of_table, role), condition in wanted.items():
+                if of_table != table or have.get((table, role)) == condition:
+                    continue
+                cursor.execute(f"DROP POLICY IF EXISTS {quote(role)} ON {on}")
+                cursor.execute(f"CREATE POLICY {quote(role)} ON {on} TO {quote(role)} USING ({condition})")
+                cursor.execute(f"COMMENT ON POLICY {quote(role)} ON {on} IS {_literal(condition)}")
+                done.append(f"{role} may use only its own rows of {table}: {condition}")
+    return done
