@@ -2,14 +2,15 @@
 
 from uuid import UUID
 
-from django.db import connection
 from django.utils import timezone
 
 from deliveries.confirmation import AWAITED, await_confirmation
 from deliveries.events import DeliveryCompleted
 from deliveries.models import Delivery
 from deliveries.transitions import Status, announce, locked
-from outbox.api import atomic, save_fields
+from outbox.api import atomic, connection_of, save_fields
+
+connection = connection_of("deliveries")  # its database, wherever the settings put it
 
 LATE = "late"  # the status reason of a delivery that reached its drop-off after its deadline
 

@@ -30,7 +30,7 @@ import time
 import psycopg
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
 from prometheus_client import Counter
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -38,6 +38,9 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from deliveries.models import ApiRequestCount
+from outbox.api import connection_of
+
+connection = connection_of("deliveries")  # its database, wherever the settings put it
 
 logger = logging.getLogger(__name__)
 

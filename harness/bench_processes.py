@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from django.db.models import Max, Min
 
 from deliveries.customers import create_customer
@@ -31,6 +31,7 @@ from drones.services import seed_fleet
 from harness import process_cpu, simulation
 from harness.bench import BASE, customer_requests, empty_the_outbox_and_queues
 from harness.bench_api import customers
+from outbox.core.context_databases import kernel_databases
 from outbox.models import InboxMessage, OutboxMessage
 
 
@@ -157,17 +158,19 @@ def end_to_end(
     seed_fleet(count=drones, latitude=BASE[0], longitude=BASE[1])
     _, token = create_customer(name=f"bench-e2e-{uuid.uuid4().hex[:8]}")
     workers = ["--processes", str(worker_processes), "--threads", str(worker_threads)]
-    others = (("relay_outbox", ["--progress-every", "0"]), ("rundramatiq", workers))
+    # A relay for each database with an outbox (a context on one of its own: CONTEXT_DATABASE_URLS).
+    relays = [("relay_outbox", ["--progress-every", "0", "--database", db]) for db in kernel_databases()]
+    others = (*relays, ("rundramatiq", workers))
     # A connection for every worker thread: a thread waiting for the pool is not what is measured.
     env = {**env, "DRONE_SIMULATION_SPEEDUP": "100000", "DJANGO_DB_POOL_MAX_SIZE": str(worker_threads)}
     rss = []  # (messages handled, MB) of the worker processes, after the first tenth and at the end
     with serving(env, workers=2, threads=4, others=others) as (port, processes):
         api = simulation.Api(token=token, url=f"http://127.0.0.1:{port}")
-        web, relay, workers = (process.pid for process in processes)
+        web, *relay, workers = (process.pid for process in processes)
         meter = process_cpu.CpuMeter(
             {
                 "web (gunicorn)": lambda: process_cpu.tree(web),
-                "relay": lambda: process_cpu.tree(relay),
+                "relay": lambda: [pid for one in relay for pid in process_cpu.tree(one)],
                 "workers (rundramatiq)": lambda: process_cpu.tree(workers),
                 "PostgreSQL": lambda: process_cpu.named("postgres"),
                 "RabbitMQ": lambda: process_cpu.named("beam.smp"),
@@ -193,7 +196,7 @@ def end_to_end(
         requested=len(ids),
         delivered=mine.filter(status="delivered").count(),
         seconds=(span["last"] - span["first"]).total_seconds(),
-        handler_runs=InboxMessage.objects.count(),
+        handler_runs=sum(InboxMessage.objects.using(db).count() for db in kernel_databases()),
         copies_per_pack=packable_copies(ids),
         transactions=transactions,
         worker_rss=rss,
@@ -205,9 +208,12 @@ def committed_transactions() -> int:
     """Transactions this database has committed, every process's: its statistics are flushed about
     once a second, so read after a second's pause (each read, in autocommit, is one more)."""
     time.sleep(1.1)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-        return cursor.fetchone()[0]
+    committed = 0
+    for db in kernel_databases():  # every database with an outbox, a context's own included
+        with connections[db].cursor() as cursor:
+            cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+            committed += cursor.fetchone()[0]
+    return committed
 
 
 def packable_copies(correlation_ids: list) -> float:

@@ -50,12 +50,14 @@ def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
     run = uuid.uuid4().hex[:8]
     scratch = Scratch(run=run, database=f"{kind}_{run}", database_url="", queue_prefix=f"{kind}-{run}-")
     admins = {alias: _server_connection(alias) for alias in kernel_databases()}
+    # One name for each (a context's database may be on default's server): `chaos_1a2b3c4d_drones`.
+    names = {alias: scratch.database + ("" if alias == "default" else f"_{alias}") for alias in admins}
     made = []
     try:
         for alias, admin in admins.items():
-            admin.execute(f'CREATE DATABASE "{scratch.database}"')
+            admin.execute(f'CREATE DATABASE "{names[alias]}"')
             made.append(alias)
-        urls = {alias: _use_database(scratch.database, alias) for alias in admins}
+        urls = {alias: _use_database(names[alias], alias) for alias in admins}
         contexts = " ".join(f"{label}={urls[alias]}" for label, alias in settings.OUTBOX_CONTEXT_DATABASES.items())
         scratch = Scratch(**{**scratch.__dict__, "database_url": urls["default"], "context_database_urls": contexts})
         for alias in admins:
@@ -70,7 +72,7 @@ def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
         delete_queues(scratch.queue_prefix)
         for alias, admin in admins.items():
             if not keep and alias in made:
-                admin.execute(f'DROP DATABASE IF EXISTS "{scratch.database}" WITH (FORCE)')
+                admin.execute(f'DROP DATABASE IF EXISTS "{names[alias]}" WITH (FORCE)')
             admin.close()
 
 

@@ -5,13 +5,14 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import connection
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from notifications.events import NotificationDue
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.api import atomic, publish, save_fields
+from outbox.api import atomic, connection_of, publish, save_fields
+
+connection = connection_of("notifications")  # its database, wherever the settings put it
 
 logger = logging.getLogger(__name__)
 

@@ -3,11 +3,12 @@
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection
 
-from outbox.api import atomic, insert_row, locked_row, publish, save_fields
+from outbox.api import atomic, connection_of, insert_row, locked_row, publish, save_fields
 from packages.events import PackageCancelled, PackageReady, PackageRejected
 from packages.models import Package
+
+connection = connection_of("packages")  # its database, wherever the settings put it
 
 
 def _stream(delivery_id: UUID) -> str:

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
-from outbox.core.context_databases import current
+from outbox.core.context_databases import current, kernel_databases
 from outbox.core.dead_letters import resolve_letter
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscription
@@ -39,9 +39,12 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
                 f"{letter.subscriber} no longer handles {envelope.type}: a replay would wait on a queue nobody "
                 "reads; discard it instead"
             )
-        original = OutboxMessage.objects.filter(message_id=envelope.message_id, target_subscriber="").first()
+        original, home = _original(envelope.message_id)
         now = timezone.now()
-        row, _ = OutboxMessage.objects.update_or_create(
+        # The copy goes into the outbox the original is in, whose sweep looks for it: with a context
+        # on a database of its own, committed there before the letter is marked (a second replay
+        # updates the same copy).
+        row, _ = OutboxMessage.objects.using(home).update_or_create(
             message_id=envelope.message_id,
             target_subscriber=letter.subscriber,
             defaults={
@@ -71,6 +74,15 @@ def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> Outbo
         letter.save()
     logger.info("replayed dead letter %s (%s for %s) by %s", letter.pk, letter.type, letter.subscriber, by or "?")
     return row
+
+
+def _original(message_id) -> tuple[OutboxMessage | None, str]:
+    """The event as its publisher's outbox has it, and that database (this one, if pruned)."""
+    for database in kernel_databases():
+        original = OutboxMessage.objects.using(database).filter(message_id=message_id, target_subscriber="").first()
+        if original is not None:
+            return original, database
+    return None, current()
 
 
 def discard_dead_letter(*, letter_id: int, by: str, note: str) -> DeadLetter:

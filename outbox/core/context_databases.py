@@ -55,6 +55,13 @@ def of(context: str | None) -> str:
     return settings.OUTBOX_CONTEXT_DATABASES.get(context, DEFAULT_DB_ALIAS) if context else DEFAULT_DB_ALIAS
 
 
+def of_subscriber(subscriber: str) -> str:
+    """The database a subscriber's inbox rows, cursors and dead letters are on: its context's."""
+    from outbox.core.subscriptions import context_of  # which imports the kernel's models
+
+    return of(context_of(subscriber))
+
+
 def kernel_databases() -> list[str]:
     """Every database with the kernel's tables: `default` and each a context was put on."""
     return list(dict.fromkeys([DEFAULT_DB_ALIAS, *settings.OUTBOX_CONTEXT_DATABASES.values()]))
@@ -112,18 +119,17 @@ def connection_of(context: str) -> ConnectionProxy:
     return _ContextConnection(context)
 
 
-# Module name -> the database of the app it belongs to, found once per module.
-_of_module: dict[str, str] = {}
+# Module name -> the label of the app it belongs to (None: none), found once per module.
+_of_module: dict[str, str | None] = {}
 
 
 def of_caller(depth: int = 2) -> str:
     """The database of the app whose code called the function that calls this."""
     module = sys._getframe(depth).f_globals.get("__name__", "")
-    alias = _of_module.get(module)
-    if alias is None:
+    if module not in _of_module:
         app = apps.get_containing_app_config(module)
-        alias = _of_module[module] = of(app.label if app is not None else None)
-    return alias
+        _of_module[module] = app.label if app is not None else None
+    return of(_of_module[module])
 
 
 def of_model(model) -> str:
@@ -137,7 +143,11 @@ class atomic_in(ContextDecorator):
     """Django's `atomic(using)`, the kernel working in `using` for the block (publish() writes there)."""
 
     def __init__(self, using: str, *, savepoint: bool = True):
-        self.using, self.atomic, self._tokens = using, transaction.atomic(using=using, savepoint=savepoint), []
+        self.using, self.savepoint, self._tokens = using, savepoint, []
+        self.atomic = transaction.atomic(using=using, savepoint=savepoint)
+
+    def _recreate_cm(self):  # as a decorator: a block of its own for each call (and each thread)
+        return atomic_in(self.using, savepoint=self.savepoint)
 
     def __enter__(self):
         self._tokens.append(_current.set(self.using))
@@ -160,8 +170,9 @@ class ContextDatabases:
 
     def db_for_read(self, model, **hints):
         label = model._meta.app_label
-        if label == KERNEL:
-            return current()
+        if label == KERNEL:  # a row read from a database is saved there, else the one worked in now
+            instance = hints.get("instance")
+            return instance._state.db if instance is not None and instance._state.db else current()
         return settings.OUTBOX_CONTEXT_DATABASES.get(label)
 
     db_for_write = db_for_read

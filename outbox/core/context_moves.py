@@ -9,9 +9,10 @@ an ordered subscriber). What another context published to it stays where it was,
 database's relay sends it on: the context's handlers now run on the new database, where its inbox is.
 
 Three steps, each safe to run again: copy (one transaction on the new database, all of it or
-nothing; a row already there, by its key, is left as it is), check (every row of the old database
-is on the new), delete from the old database (one transaction). Stop the processes first (web,
-workers, relays): docs/deployment.md has the whole procedure.
+nothing, with the check: a row already there, by its key, is left as it is), check (every row of
+the old database is on the new), delete from the old database; the old database's tables held
+against writers throughout. Stop the processes first (web, workers, relays): a writer still there
+makes it stop, not wait. docs/deployment.md has the whole procedure.
 """
 
 from collections.abc import Callable, Iterable, Iterator
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 
 from django.apps import apps
 from django.core.management.color import no_style
-from django.db import connections, models, transaction
+from django.db import OperationalError, connections, models, transaction
 
 from outbox.core.context_databases import of
+from outbox.core.context_rows import published_as
 from outbox.core.subscriptions import context_of, subscribers
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
 
@@ -39,17 +41,22 @@ class Moved:
 
 
 def move_context(
-    *, label: str, source: str = "default", batch_size: int = 2000, on_table: Callable[[Moved], None] | None = None
+    *,
+    label: str,
+    source: str = "default",
+    target: str | None = None,
+    batch_size: int = 2000,
+    on_table: Callable[[Moved], None] | None = None,
 ) -> list[Moved]:
-    """Copy `label`'s rows and its kernel rows from `source` onto its database, check, then delete
-    them from `source`. Returns what each table moved."""
-    target = of(label)
+    """Copy `label`'s rows and its kernel rows from `source` onto `target` (its database, as the
+    settings say), check, then delete them from `source`. Returns what each table moved."""
+    target = target or of(label)
     if target == source:
-        raise CannotMove(f"the settings put {label!r} on {source!r} already: set OUTBOX_CONTEXT_DATABASES first")
+        raise CannotMove(f"{label!r} would move from {source!r} to {source!r}: set OUTBOX_CONTEXT_DATABASES first")
     own = _own_models(label)
     theirs = [s for s in subscribers() if context_of(s) == label]
     kernel = [
-        (OutboxMessage, models.Q(source=label), ("message_id", "target_subscriber")),
+        (OutboxMessage, models.Q(source=published_as(label)), ("message_id", "target_subscriber")),
         (InboxMessage, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
         (StreamCursor, models.Q(subscriber__in=theirs), ("subscriber", "stream")),
         (DeadLetter, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
@@ -60,26 +67,52 @@ def move_context(
         if on_table is not None:
             on_table(moved[model._meta.db_table])
 
-    with transaction.atomic(using=target):
-        for model in own:
-            moved[model._meta.db_table].copied = _copy(model, models.Q(), source, target, batch_size, keep_keys=True)
-            done(model)
-        for model, where, _ in kernel:
-            moved[model._meta.db_table].copied = _copy(model, where, source, target, batch_size, keep_keys=False)
-            done(model)
-        moved[Stream._meta.db_table].copied = _carry_streams(source, target, batch_size)
-        done(Stream)
-        _restart_sequences(own, target)
-    for model in own:
-        _check(model, models.Q(), ("pk",), source, target, batch_size)
-    for model, where, key in kernel:
-        _check(model, where, key, source, target, batch_size)
+    def copy(model, where: models.Q, *, keep_keys: bool) -> None:
+        moved[model._meta.db_table].copied = _copy(model, where, source, target, batch_size, keep_keys=keep_keys)
+        done(model)
+
+    # The old database's tables are held against writers (readers go on) from the first row read
+    # to the last deleted: what was copied and checked is what is deleted, nothing written between.
+    # The copy and its check are one transaction on the new database: a failed check undoes the copy.
     with transaction.atomic(using=source):
+        _hold(source, [*own, *(k[0] for k in kernel), Stream])
+        with transaction.atomic(using=target):
+            for model in own:
+                copy(model, models.Q(), keep_keys=True)
+            for model, where, _ in kernel:
+                copy(model, where, keep_keys=False)
+            moved[Stream._meta.db_table].copied = _carry_streams(source, target, batch_size)
+            done(Stream)
+            _restart_sequences(own, target)
+            for model in own:
+                _check(model, models.Q(), ("pk",), source, target, batch_size)
+            for model, where, key in kernel:
+                _check(model, where, key, source, target, batch_size)
+        # Committed on the new database; should the old one's commit fail, a second run finds every
+        # row there already and deletes them.
         for model, where, _ in kernel:
             moved[model._meta.db_table].deleted = model.objects.using(source).filter(where)._raw_delete(source)
         for model in reversed(own):
             moved[model._meta.db_table].deleted = model.objects.using(source).all()._raw_delete(source)
     return list(moved.values())
+
+
+def _hold(source: str, tables: list) -> None:
+    """EXCLUSIVE: nobody writes to them until the move commits. Waited for a few seconds at most:
+    a process still running (a worker, a relay) is told of, not waited out."""
+    connection = connections[source]
+    if connection.vendor != "postgresql":
+        return  # SQLite: the move's write transaction holds the whole database already
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(model._meta.db_table) for model in tables)
+    try:
+        with transaction.atomic(using=source), connection.cursor() as cursor:  # a savepoint: the error stays here
+            cursor.execute("SET LOCAL lock_timeout = '5s'")
+            cursor.execute(f"LOCK TABLE {names} IN EXCLUSIVE MODE")
+    except OperationalError as error:
+        raise CannotMove(
+            f"something is still writing to {source} ({error}): stop web, workers and relays first"
+        ) from error
 
 
 def _own_models(label: str) -> list[type[models.Model]]:

@@ -9,13 +9,13 @@ write only its own rows of them:
 - `outbox_outboxmessage`: the events it published (`source`, the app that declares them);
 - `outbox_inboxmessage`, `outbox_deadletter`, `outbox_streamcursor`: its subscribers' rows.
 
-So to the role of `drones` the outbox holds the drones' events and nothing else: a query for the
-deliveries' events finds none, and an event written under another context's name is refused
+So to the role of `invoices` the outbox holds the invoices' events and nothing else: a query for the
+orders' events finds none, and an event written under another context's name is refused
 ("new row violates row-level security policy"). `outbox_stream` (a stream's last number) and
 `outbox_heartbeat` have no owner and no policy. The project's role owns the tables and is not
 bound by their policies: the relay, the sweep, the admin and the console read every context's rows,
 as the story of a correlation id is (`correlation_timeline` reads it as the operator, wherever it
-is called from: the API's timeline of a delivery is every context's events).
+is called from: a story shown through one context's API is every context's events).
 
 One policy for each context role and table, named after the role, its condition kept as its
 comment: `after_migrate` compares those with what the subscriptions now say (a subscriber added
@@ -33,6 +33,11 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def published_as(label: str) -> str:
+    """The `source` of the events a context publishes: the app's module, as Event.source() names it."""
+    return apps.get_app_config(label).name.rsplit(".", 1)[-1]
+
+
 def policies() -> dict[tuple[str, str], str]:
     """(kernel table, context role) -> the condition the role's rows meet."""
     from outbox.core.context_schemas import role_of
@@ -41,7 +46,7 @@ def policies() -> dict[tuple[str, str], str]:
     wanted = {}
     for label in settings.OUTBOX_CONTEXTS:
         role = role_of(label)
-        source = apps.get_app_config(label).name.rsplit(".", 1)[-1]  # as Event.source() names it
+        source = published_as(label)
         theirs = sorted(s for s in subscribers() if context_of(s) == label)
         names = f"ARRAY[{', '.join(_literal(s) for s in theirs)}]::text[]" if theirs else "'{}'::text[]"
         wanted[(OutboxMessage._meta.db_table, role)] = f"source = {_literal(source)}"

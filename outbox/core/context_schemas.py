@@ -38,9 +38,11 @@ from contextvars import ContextVar
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 from psycopg.pq import TransactionStatus
+
+from outbox.core import context_databases
 
 OPERATOR = None  # the role the project connects as: the owner of every schema
 _UNKNOWN = object()  # a session whose role is being set
@@ -56,6 +58,12 @@ def role_of(context: str | None) -> str | None:
     if context is None or context not in settings.OUTBOX_CONTEXTS:
         return OPERATOR
     return f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}{context}"
+
+
+def _runs_as(context: str | None) -> str | None:
+    """The role set on `default`'s connection for `context`'s code: the operator's for a context on a
+    database of its own, which is alone there and touches nothing of `default`'s (no SET ROLE)."""
+    return role_of(context) if context_databases.of(context) == DEFAULT_DB_ALIAS else OPERATOR
 
 
 def search_path() -> str:
@@ -93,7 +101,7 @@ def enter(context: str | None) -> str | None:
     set only when it changes; through a pooler `acting_as` sets it per transaction instead.
     Returns the role to give `leave` to go back."""
     before = _wanted.get()
-    _wanted.set(role_of(context))
+    _wanted.set(_runs_as(context))
     conn = connections["default"]
     if conn.connection is not None and not conn.in_atomic_block and _per_session(conn):
         with suppress(DatabaseError):  # closed: the first query connects again, under the role, or fails there
@@ -159,7 +167,7 @@ def acting_as(context: str | None) -> Iterator[None]:
             _scoped.reset(scoped)
             leave(before)
         return
-    role = role_of(context)
+    role = _runs_as(context)
     local_before = getattr(conn, "_outbox_local_role", None)
     # What the transaction acts as now: a SET LOCAL of an enclosing block, or through a pooler
     # what _per_transaction gave it (what the code around wants), or the session's role.
@@ -228,8 +236,8 @@ def set_search_path_and_role(sender, connection, **kwargs) -> None:
     covers one opened before, or a role that may not ALTER DATABASE; once for each psycopg
     connection. Not through a pooler: its server sessions have the database's, and a SET would
     follow one to another client. Then the role this thread wants (`enter`)."""
-    if not _per_session(connection):
-        return
+    if not _per_session(connection) or connection.alias not in context_databases.kernel_databases():
+        return  # another alias (a replica, a report's database): none of the contexts' tables
     if not getattr(connection.connection, "_outbox_search_path", False):
         with connection.cursor() as cursor:
             cursor.execute(f"SET search_path TO {search_path()}")

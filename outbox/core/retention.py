@@ -13,6 +13,11 @@ queued (OUTBOX_MESSAGE_TTL_SECONDS, after which it is dead-lettered as expired) 
 the redelivery sweep (OUTBOX_SWEEP_HORIZON_SECONDS). Within it an inbox row still turns a
 redelivery into a no-op; past it no copy exists to deliver. A replayed dead letter is a fresh
 send of the envelope the dead letter keeps, so it needs no outbox row.
+
+With a context on a database of its own (outbox.core.context_databases) a stream's events are in
+its publisher's outbox and its cursors beside each subscriber's inbox, on another database: whether
+a stream is idle cannot be told from one of them, so cursors and counters are kept (one row per
+stream and subscriber; the rows that grow with every message are pruned as before).
 """
 
 from collections.abc import Callable
@@ -24,7 +29,7 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from outbox.core.context_databases import connection, current
+from outbox.core.context_databases import connection, current, kernel_databases
 from outbox.core.dead_letters import REPLAYABLE
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
 
@@ -81,6 +86,7 @@ def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
             f"AND d.envelope ->> 'stream' = {table}.{_stream_column(table)})"
         )
 
+    streams_here = len(kernel_databases()) == 1  # its events, cursors and letters all in this database
     return [
         (outbox, "id", "published_at < %s", [cutoff]),
         (
@@ -92,15 +98,21 @@ def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
             [cutoff, *REPLAYABLE],
         ),
         (letters, "id", f"status NOT IN ({replayable}) AND resolved_at < %s", [*REPLAYABLE, cutoff]),
-        (cursors, "id", no_event_nor_replayable_letter_of(cursors), [*REPLAYABLE]),
-        # The stream's counter goes once its cursors are gone: a stream that starts again at 1
-        # then meets no cursor that remembers a higher number.
-        (
-            streams,
-            "name",
-            f"{no_event_nor_replayable_letter_of(streams)} "
-            f"AND NOT EXISTS (SELECT 1 FROM {cursors} c WHERE c.stream = {streams}.name)",
-            [*REPLAYABLE],
+        *(
+            [
+                (cursors, "id", no_event_nor_replayable_letter_of(cursors), [*REPLAYABLE]),
+                # The stream's counter goes once its cursors are gone: a stream that starts again at 1
+                # then meets no cursor that remembers a higher number.
+                (
+                    streams,
+                    "name",
+                    f"{no_event_nor_replayable_letter_of(streams)} "
+                    f"AND NOT EXISTS (SELECT 1 FROM {cursors} c WHERE c.stream = {streams}.name)",
+                    [*REPLAYABLE],
+                ),
+            ]
+            if streams_here
+            else []
         ),
         (heartbeats, "id", "last_seen < %s", [timezone.now() - HEARTBEAT_FORGOTTEN_AFTER]),
     ]

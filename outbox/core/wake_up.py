@@ -128,7 +128,7 @@ class ListenForNotify(Poll):
             self.unheard = True
             NOTIFY_UNHEARD.set(1)
             logger.warning(
-                "relay wake-ups lost: a NOTIFY sent through the default database was not heard on its LISTEN "
+                "relay wake-ups lost: a NOTIFY sent through the relay's database was not heard on its LISTEN "
                 "connection in %.0f s; it polls every %s s instead. Behind a pooler in transaction mode, "
                 "set OUTBOX_LISTEN_CONNECTION to a direct connection to PostgreSQL",
                 self.PROBE_DEADLINE_SECONDS,

@@ -58,8 +58,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core import context_schemas
-from outbox.core.context_databases import current, working_in
-from outbox.core.context_databases import of as database_of
+from outbox.core.context_databases import current, of_subscriber, working_in
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import (
     HANDED_ON,
@@ -88,7 +87,7 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone, those that may in one transaction;
     one to be retried is enqueued alone once what the pack did is committed."""
-    with working_in(database_of(context_of(subscriber))):  # its inbox is beside its context's tables
+    with working_in(of_subscriber(subscriber)):  # its inbox is beside its context's tables
         _dispatch_pack(subscriber, bodies, broker)
 
 

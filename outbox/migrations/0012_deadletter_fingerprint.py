@@ -5,9 +5,10 @@ def fingerprint_the_letters(apps, schema_editor):
     """Letters written before: their fingerprints from what they kept (type and message)."""
     from outbox.core.fingerprints import error_fingerprint
 
-    DeadLetter = apps.get_model("outbox", "DeadLetter")
-    for letter in DeadLetter.objects.only("pk", "exception_type", "error").iterator(chunk_size=2000):
-        DeadLetter.objects.filter(pk=letter.pk).update(fingerprint=error_fingerprint(letter.exception_type, letter.error))
+    # The database being migrated (a context on one of its own has the kernel's tables there too).
+    letters = apps.get_model("outbox", "DeadLetter").objects.using(schema_editor.connection.alias)
+    for letter in letters.only("pk", "exception_type", "error").iterator(chunk_size=2000):
+        letters.filter(pk=letter.pk).update(fingerprint=error_fingerprint(letter.exception_type, letter.error))
 
 
 class Migration(migrations.Migration):

@@ -4,8 +4,8 @@ from django.db import migrations, models
 def from_the_notes(apps, schema_editor):
     """Letters replayed before: their replay time is the stamp resolve_letter wrote (resolved_at)
     while they are still replayed or failed again; a processed one's is later, and left empty."""
-    DeadLetter = apps.get_model("outbox", "DeadLetter")
-    DeadLetter.objects.filter(replays__gt=0, status__in=["replayed", "open"]).update(
+    letters = apps.get_model("outbox", "DeadLetter").objects.using(schema_editor.connection.alias)
+    letters.filter(replays__gt=0, status__in=["replayed", "open"]).update(
         last_replayed_at=models.F("resolved_at")
     )
 

@@ -29,7 +29,7 @@ from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
 from outbox.core.brokers import reconnected_if_lost
-from outbox.core.context_databases import current
+from outbox.core.context_databases import current, of_subscriber
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import PACK, is_pack, queue_name, subscribers
 from outbox.models import InboxMessage
@@ -50,7 +50,8 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -
     # This thread's connection sits idle a sweep interval between uses: opened again if it was lost.
     reconnected_if_lost(broker)
     moved, failed = 0, None
-    for subscriber in sorted(subscribers()):
+    # The subscribers whose letters and inbox are on this relay's database: another's relay takes the rest.
+    for subscriber in sorted(s for s in subscribers() if of_subscriber(s) == current()):
         queue = xq_name(queue_name(subscriber))
         try:
             while moved < limit:

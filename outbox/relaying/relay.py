@@ -34,7 +34,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
 from outbox.core import wake_up
-from outbox.core.context_databases import current
+from outbox.core.context_databases import current, of_subscriber, working_in
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import message_to, queue_name, subscribers_of
 from outbox.models import OutboxMessage
@@ -380,13 +380,11 @@ class Relay:
             body = row.envelope(traced=False)  # what broke it (its trace context) stays out of the letter
         with transaction.atomic(using=current()):
             for subscriber in self._not_reached(row):  # one whose copy got through needs no replay
-                record_dead_letter(
-                    subscriber=subscriber,
-                    body=body,
-                    reason=Reason.UNSENDABLE,
-                    error=error,
-                    attempts=attempts,
-                )
+                # Beside its inbox: on another database, committed at once (and written once, by its key).
+                with working_in(of_subscriber(subscriber)):
+                    record_dead_letter(
+                        subscriber=subscriber, body=body, reason=Reason.UNSENDABLE, error=error, attempts=attempts
+                    )
             # Marked with its letters or not at all: not through self.mark_published, whose
             # failure would leave the row to be marked later (unsettled.to_mark, meant for rows the
             # broker confirmed) while its letters rolled back. Unmarked, its lease runs out and it

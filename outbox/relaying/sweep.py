@@ -24,14 +24,13 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from outbox.core.context_databases import connection, current, routed, working_in
-from outbox.core.context_databases import of as database_of
+from outbox.core.context_databases import connection, current, of_subscriber, routed, working_in
 from outbox.core.dead_letters import Reason, record_dead_letter
-from outbox.core.subscriptions import context_of, subscribers, subscribers_of
+from outbox.core.subscriptions import subscribers, subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.observability.metrics import SWEPT
 
@@ -108,8 +107,8 @@ def _sweep_page(*, now, after: tuple | None, size: int) -> tuple[Swept, tuple | 
         at_once = connection.vendor == "postgresql" and _every_inbox_here()
         settled_at_once = _settle_acknowledged(ids, now=now) if at_once else set()
         rows = list(OutboxMessage.objects.filter(id__in=set(ids) - settled_at_once))
-        waiting = _unacknowledged(rows)
-        settled = [row.id for row in rows if not waiting.get(row.message_id)]
+        waiting, unread = _unacknowledged(rows)
+        settled = [row.id for row in rows if not waiting.get(row.message_id) and row.message_id not in unread]
         swept.settled = len(settled_at_once) + OutboxMessage.objects.filter(id__in=settled).update(acknowledged_at=now)
         owed = {(row.message_id, s) for row in rows for s in waiting.get(row.message_id, ())}
         copies = _copies_sent_again(owed)
@@ -151,7 +150,7 @@ def _settle_acknowledged(ids: list[int], *, now) -> set[int]:
 def _every_inbox_here() -> bool:
     """Whether every subscriber's inbox and letters are on this database, as on the default
     topology: a context on a database of its own (outbox.core.context_databases) has them on its."""
-    return not routed() or all(database_of(context_of(s)) == current() for s in subscribers())
+    return not routed() or all(of_subscriber(s) == current() for s in subscribers())
 
 
 def lag_seconds(*, grace: float | None = None) -> float:
@@ -182,30 +181,46 @@ def _recipients(row: OutboxMessage) -> list[str]:
     return list(row.recipients) if row.recipients else subscribers_of(row.type)
 
 
-def _unacknowledged(rows: list[OutboxMessage]) -> dict[UUID, list[str]]:
-    """Per message, the recipients with neither an inbox row nor an open or discarded dead letter."""
+def _unacknowledged(rows: list[OutboxMessage]) -> tuple[dict[UUID, list[str]], set[UUID]]:
+    """Per message, the recipients with neither an inbox row nor an open or discarded dead letter;
+    and the messages with a recipient on a database that did not answer (another context's: this
+    page goes on without them, which are neither settled nor sent again until it answers)."""
     wanted: dict[str, list[UUID]] = {}
     for row in rows:
         for subscriber in _recipients(row):
             wanted.setdefault(subscriber, []).append(row.message_id)
     missing: dict[UUID, list[str]] = {}
+    unread: set[UUID] = set()
     for subscriber, ids in wanted.items():
-        where = database_of(context_of(subscriber))  # its inbox is beside its context's tables
-        done = set(
-            InboxMessage.objects.using(where)
-            .filter(subscriber=subscriber, message_id__in=ids)
-            .values_list("message_id", flat=True)
-        )
-        done |= set(
-            DeadLetter.objects.using(where)
-            .filter(subscriber=subscriber, message_id__in=ids)
-            .exclude(status=DeadLetter.Status.REPLAYED)  # a replay not yet processed is still owed
-            .values_list("message_id", flat=True)
-        )
+        where = of_subscriber(subscriber)  # its inbox is beside its context's tables
+        try:
+            done = _acknowledged(subscriber, ids, where)
+        except DatabaseError as error:
+            if where == current():
+                raise  # this page's own database: the page fails, and the next run tries again
+            logger.warning("sweep: %s's acknowledgements unread, its database %s is away: %s", subscriber, where, error)
+            unread.update(ids)
+            continue
         for message_id in ids:
             if message_id not in done:
                 missing.setdefault(message_id, []).append(subscriber)
-    return missing
+    return missing, unread
+
+
+def _acknowledged(subscriber: str, ids: list[UUID], where: str) -> set[UUID]:
+    """Of `ids`, those `subscriber` processed or gave up on (a letter not waiting for its replay)."""
+    done = set(
+        InboxMessage.objects.using(where)
+        .filter(subscriber=subscriber, message_id__in=ids)
+        .values_list("message_id", flat=True)
+    )
+    done |= set(
+        DeadLetter.objects.using(where)
+        .filter(subscriber=subscriber, message_id__in=ids)
+        .exclude(status=DeadLetter.Status.REPLAYED)  # a replay not yet processed is still owed
+        .values_list("message_id", flat=True)
+    )
+    return done
 
 
 def _now():
@@ -277,7 +292,7 @@ def _give_up(row: OutboxMessage, subscriber: str, copy: OutboxMessage | None, *,
     if spent:
         # Beside the subscriber's inbox, on its database (committed there before this page commits:
         # should the page roll back, the next one finds the letter and settles the row).
-        with working_in(database_of(context_of(subscriber))):
+        with working_in(of_subscriber(subscriber)):
             record_dead_letter(
                 subscriber=subscriber,
                 body=row.envelope(),

@@ -11,7 +11,7 @@ import urllib.request
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from harness.postgres_servers import PostgresServer
 from tests.factories import BASE, delivery_request
@@ -164,8 +164,27 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             assert event["causationId"] is None or event["causationId"] in seen, f"{event['type']} before its cause"
             seen.add(event["messageId"])
 
+        # Retention on each database keeps what the other needs: the deliveries' cursors on the
+        # drones' streams, whose events are in the other outbox (deleted, a late event would apply).
+        cursors = "SELECT count(*) FROM outbox_streamcursor WHERE stream LIKE 'assignment:%%'"
+        streams = "SELECT count(*) FROM outbox_stream WHERE name LIKE 'assignment:%%'"
+        kept, numbered = _count(_on_default(cursors)), _count(_on_server(server, streams))
+        assert kept >= DELIVERIES and numbered >= DELIVERIES
+        for database in ("default", "drones"):
+            manage(two, "prune_messages", "--database", database)
+        assert (_count(_on_default(cursors)), _count(_on_server(server, streams))) == (kept, numbered)
+
+        # With the drones' server away, the sweep of the other outbox goes on: what the drones owe
+        # is neither settled nor sent again until their database answers.
+        swept = {**two, "OUTBOX_SWEEP_GRACE_SECONDS": "0", "DJANGO_DB_POOL_TIMEOUT": "1"}
+        server.stop_primary("fast")
+        try:
+            said = manage(swept, "sweep_unacknowledged", "--database", "default")
+            assert ", 0 copies sent again, 0 dead-lettered" in said, said
+        finally:
+            server.start_primary()
+
         # The sweep of each outbox finds the acknowledgements on the other database: nothing to send again.
-        swept = {**two, "OUTBOX_SWEEP_GRACE_SECONDS": "0"}
         for database in ("default", "drones"):
             said = manage(swept, "sweep_unacknowledged", "--database", database)
             assert ", 0 copies sent again, 0 dead-lettered" in said, f"{database}: {said}"
@@ -204,6 +223,13 @@ def test_a_deployment_moves_drones_onto_a_server_of_their_own_with_their_data_an
         streams_before = dict(_on_default("SELECT name, last_sequence FROM outbox_stream WHERE name LIKE 'drone:%%'"))
 
         manage(two, "migrate", "--noinput", "--database", "drones")
+        with transaction.atomic(), connection.cursor() as cursor:  # a process still writing to the drones' tables
+            cursor.execute("UPDATE drones_drone SET name = name")
+            refused = subprocess.run(
+                [*MANAGE, "move_context", "drones"], env=two, capture_output=True, text=True, timeout=120
+            )
+        assert refused.returncode != 0 and "something is still writing to default" in refused.stderr, refused
+        assert _count(_on_server(server, "SELECT count(*) FROM drones_drone")) == 0  # and nothing was copied
         said = manage(two, "move_context", "drones")
         assert "checked: every row is on drones" in said and "drones_drone 3" in said, said
         assert _count(_on_default("SELECT count(*) FROM drones_drone")) == 0

@@ -1,5 +1,6 @@
 import time
 
+from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -23,14 +24,24 @@ class Command(BaseCommand):
             default="default",
             help="The database it was on (default: default).",
         )
+        parser.add_argument(
+            "--to",
+            dest="target",
+            help="The database it goes to (default: the one OUTBOX_CONTEXT_DATABASES names; "
+            "`--from <its database> --to default` moves it back).",
+        )
         parser.add_argument("--batch-size", type=whole_number(at_least=1), default=2000, help="Rows per batch.")
 
-    def handle(self, *, context, source, batch_size, verbosity, **options):
-        if context not in settings.OUTBOX_CONTEXT_DATABASES:
-            raise CommandError(f"OUTBOX_CONTEXT_DATABASES does not name {context!r}: set where it goes first")
-        if source not in settings.DATABASES:
-            raise CommandError(f"--from: {source!r} is not in DATABASES")
-        target, started = settings.OUTBOX_CONTEXT_DATABASES[context], time.monotonic()
+    def handle(self, *, context, source, target, batch_size, verbosity, **options):
+        if context not in {config.label for config in apps.get_app_configs()}:
+            raise CommandError(f"{context!r} is not an installed app's label")
+        target = target or settings.OUTBOX_CONTEXT_DATABASES.get(context)
+        if target is None:
+            raise CommandError(f"OUTBOX_CONTEXT_DATABASES does not name {context!r}: set where it goes, or --to")
+        for option, alias in (("--from", source), ("--to", target)):
+            if alias not in settings.DATABASES:
+                raise CommandError(f"{option}: {alias!r} is not in DATABASES")
+        started = time.monotonic()
 
         def progress(moved: Moved) -> None:
             if verbosity:
@@ -39,7 +50,7 @@ class Command(BaseCommand):
         if verbosity:
             self.stdout.write(f"moving {context} from {source} to {target}")
         try:
-            moved = move_context(label=context, source=source, batch_size=batch_size, on_table=progress)
+            moved = move_context(label=context, source=source, target=target, batch_size=batch_size, on_table=progress)
         except CannotMove as error:
             raise CommandError(str(error)) from error
         if verbosity:
