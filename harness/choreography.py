@@ -11,9 +11,20 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from outbox.console.timeline import causal_order
+from outbox.core.context_databases import kernel_databases, of_subscriber
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.testing import handled_by, recipients
+
+
+def _story(delivery_id: UUID, **conditions) -> list[OutboxMessage]:
+    """The delivery's events in the order they were published: in every outbox (a context on a
+    database of its own has its own), in causal order across them."""
+    rows = []
+    for database in kernel_databases():
+        rows += OutboxMessage.objects.using(database).filter(correlation_id=delivery_id, **conditions).order_by("id")
+    return rows if len(kernel_databases()) == 1 else causal_order(rows)
 
 
 class Choreography:
@@ -21,10 +32,8 @@ class Choreography:
         self, delivery_id: UUID, type: str | None = None, *, only: str | None = None, due_only: bool = False
     ) -> list[OutboxMessage]:
         """Events of the delivery that some subscriber (or `only`) has not been handed yet."""
-        rows = OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id")
-        if due_only:
-            rows = rows.filter(available_at__lte=timezone.now())
-        return [row for row in (rows.filter(type=type) if type else rows) if self._waiting(row, only)]
+        rows = _story(delivery_id, available_at__lte=timezone.now()) if due_only else _story(delivery_id)
+        return [row for row in rows if (type is None or row.type == type) and self._waiting(row, only)]
 
     def deliver(self, type: str, delivery_id: UUID, *, only: str | None = None) -> int:
         """Hand every pending `type` event of the delivery to its subscribers (or just `only`), due or not."""
@@ -41,7 +50,8 @@ class Choreography:
         """
         for subscriber in self._waiting(row, only):
             self.dispatch(subscriber, row)
-            letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=row.message_id).first()
+            letters = DeadLetter.objects.using(of_subscriber(subscriber))  # beside its inbox
+            letter = letters.filter(subscriber=subscriber, message_id=row.message_id).first()
             if letter is not None and not dead_letter_expected:
                 raise AssertionError(
                     f"{subscriber} dead-lettered {row.type} ({letter.reason}): {letter.error}\n{letter.traceback}"
@@ -57,9 +67,7 @@ class Choreography:
             self.deliver(rows[0].type, delivery_id)
 
     def published_types(self, delivery_id: UUID) -> list[str]:
-        return list(
-            OutboxMessage.objects.filter(correlation_id=delivery_id).order_by("id").values_list("type", flat=True)
-        )
+        return [row.type for row in _story(delivery_id)]
 
     @staticmethod
     def _waiting(row: OutboxMessage, only: str | None) -> list[str]:

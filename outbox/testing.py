@@ -34,7 +34,9 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel
 
+from outbox.console.timeline import causal_order
 from outbox.core import subscriptions
+from outbox.core.context_databases import kernel_databases, of_subscriber
 from outbox.core.envelope import Envelope
 from outbox.handling.dispatch import dispatch, dispatch_for_outcome
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
@@ -150,12 +152,11 @@ def deliver(
         raise LookupError(
             f"{subscriber} has no handler for {envelope.type} (it handles: {', '.join(handles) or 'nothing'})"
         )
-    caused_before = set(OutboxMessage.objects.filter(causation_id=envelope.message_id).values_list("id", flat=True))
+    caused_by = Q(causation_id=envelope.message_id)
+    caused_before = {(row._state.db, row.id) for row in _rows(None, caused_by)}
     outcome = dispatch_for_outcome(subscriber=subscriber, body=_wire_form(envelope))
-    letter = None
-    if outcome == "dead_lettered":
-        letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=envelope.message_id).first()
-    caused = _rows(None).filter(causation_id=envelope.message_id).exclude(id__in=caused_before)
+    letter = _letter(subscriber, envelope.message_id) if outcome == "dead_lettered" else None
+    caused = [row for row in _rows(None, caused_by) if (row._state.db, row.id) not in caused_before]
     return Handed(
         outcome=outcome,
         envelope=envelope,
@@ -173,9 +174,7 @@ def _wire_form(envelope: Envelope) -> dict:
 
 def published(type: str | None = None, *, correlation_id: UUID | None = None) -> list[Envelope]:
     """The envelopes published so far, oldest first: all, or of one `type`, or of one story."""
-    rows = _rows(correlation_id)
-    if type is not None:
-        rows = rows.filter(type=type)
+    rows = _rows(correlation_id, Q(type=type) if type is not None else Q())
     return [Envelope.model_validate(row.envelope(traced=False)) for row in rows]
 
 
@@ -205,7 +204,7 @@ def run_choreography(
             raise ChoreographyDidNotSettle(f"{limit} messages handed over and still {row.type} for {subscriber}")
         dispatch(subscriber=subscriber, body=row.envelope())
         handed += 1
-        letter = DeadLetter.objects.filter(subscriber=subscriber, message_id=row.message_id).first()
+        letter = _letter(subscriber, row.message_id)
         if letter is not None and dead_letters == "raise" and letter.status == "open":
             raise DeadLettered(
                 f"{subscriber} dead-lettered {row.type} ({letter.reason}): {letter.error}\n{letter.traceback}"
@@ -247,9 +246,21 @@ def failing(subscriber: str, event_type: str, error: Exception | None = None) ->
         handlers[event_type] = known
 
 
-def _rows(correlation_id: UUID | None):
-    rows = OutboxMessage.objects.order_by("id")
-    return rows if correlation_id is None else rows.filter(correlation_id=correlation_id)
+def _rows(correlation_id: UUID | None, *conditions: Q) -> list[OutboxMessage]:
+    """The outbox's rows (of one story), oldest first: in id order, the order they were published
+    in. With a context on a database of its own its events are in its own outbox: every one is
+    read, and the rows put in causal order (ids are an order within one database only)."""
+    rows, databases = [], kernel_databases()
+    for database in databases:
+        found = OutboxMessage.objects.using(database).filter(*conditions).order_by("id")
+        rows += found if correlation_id is None else found.filter(correlation_id=correlation_id)
+    return rows if len(databases) == 1 else causal_order(rows)
+
+
+def _letter(subscriber: str, message_id: UUID) -> DeadLetter | None:
+    return (
+        DeadLetter.objects.using(of_subscriber(subscriber)).filter(subscriber=subscriber, message_id=message_id).first()
+    )
 
 
 def recipients(row: OutboxMessage) -> list[str]:
@@ -260,20 +271,23 @@ def recipients(row: OutboxMessage) -> list[str]:
 def handled_by(row: OutboxMessage) -> set[str]:
     """The subscribers that have handled `row`: processed it (their inbox holds it) or set it
     aside (a dead letter of it that is not waiting for its replay)."""
-    inbox = InboxMessage.objects.filter(message_id=row.message_id).values_list("subscriber", flat=True)
-    letters = (
-        DeadLetter.objects.filter(message_id=row.message_id)
-        .exclude(status=DeadLetter.Status.REPLAYED)
-        .values_list("subscriber", flat=True)
-    )
-    return {*inbox, *letters}
+    handled = set()
+    for database in kernel_databases():  # each subscriber's inbox is beside its context's tables
+        handled.update(
+            InboxMessage.objects.using(database).filter(message_id=row.message_id).values_list("subscriber", flat=True)
+        )
+        handled.update(
+            DeadLetter.objects.using(database)
+            .filter(message_id=row.message_id)
+            .exclude(status=DeadLetter.Status.REPLAYED)
+            .values_list("subscriber", flat=True)
+        )
+    return handled
 
 
 def _unhandled(correlation_id, *, hold, timers) -> tuple[OutboxMessage, str] | None:
-    rows = _rows(correlation_id).exclude(type__in=hold)
-    if not timers:
-        rows = rows.filter(available_at__lte=timezone.now())
-    for row in rows.iterator():
+    rows = _rows(correlation_id, ~Q(type__in=hold), Q() if timers else Q(available_at__lte=timezone.now()))
+    for row in rows:
         if missing := [s for s in recipients(row) if s not in handled_by(row)]:
             return row, missing[0]
     return None
@@ -284,7 +298,15 @@ def _outstanding(correlation_id) -> list[str]:
     between two reads showed its inbox row (its message handled) but not the events it published
     with it (read before it): nothing seemed out while those were still to be relayed and handled.
     PostgreSQL's REPEATABLE READ gives the snapshot (a SQLite read transaction has one already);
-    inside a transaction of the caller's the level can no longer be set, and is left as it is."""
+    inside a transaction of the caller's the level can no longer be set, and is left as it is.
+
+    With a context on a database of its own no snapshot spans the databases: the outboxes are read
+    again after, and an event published meanwhile (by a handler whose inbox row was read) is out."""
+    if len(kernel_databases()) > 1:
+        before = {(row._state.db, row.id) for row in _rows(correlation_id)}
+        outstanding = _outstanding_now(correlation_id)
+        meanwhile = [f"{row.type} #{row.id}" for row in _rows(correlation_id) if (row._state.db, row.id) not in before]
+        return outstanding + [f"{name} published meanwhile" for name in meanwhile]
     outermost = not connection.in_atomic_block
     with transaction.atomic():
         if outermost and connection.vendor == "postgresql":
@@ -294,12 +316,12 @@ def _outstanding(correlation_id) -> list[str]:
 
 
 def _outstanding_now(correlation_id) -> list[str]:
-    due = _rows(correlation_id).filter(available_at__lte=timezone.now())
-    waiting = [f"{row.type} #{row.id} not relayed" for row in due.filter(published_at__isnull=True)]
-    relayed = due.filter(~Q(published_at=None))
+    due = _rows(correlation_id, Q(available_at__lte=timezone.now()))
+    waiting = [f"{row.type} #{row.id} not relayed" for row in due if row.published_at is None]
     unhandled = [
         f"{row.type} #{row.id} for {subscriber}"
-        for row in relayed.iterator()
+        for row in due
+        if row.published_at is not None
         for subscriber in recipients(row)
         if subscriber not in handled_by(row)
     ]

@@ -42,7 +42,7 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
         for row in DeadLetter.objects.using(database).filter(message_id__in=ids):
             dead.setdefault(row.message_id, {})[row.subscriber] = row
     if len(databases) > 1:
-        events = _causal_order(events)
+        events = causal_order(events)
     return [
         {
             "type": e.type,
@@ -68,7 +68,7 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
     ]
 
 
-def _causal_order(events: list[OutboxMessage]) -> list[OutboxMessage]:
+def causal_order(events: list[OutboxMessage]) -> list[OutboxMessage]:
     """Several outboxes' events in an order where each follows its cause: by the time each occurred,
     a cause moved ahead of an effect stamped earlier (another host's clock). Within one outbox the
     id order is causal already; across two, ids say nothing."""
