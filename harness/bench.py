@@ -32,6 +32,7 @@ from deliveries.events import DeliveryRequested, Location, PackageInfo
 from harness import simulation
 from harness.bench_relay import relay_process
 from outbox.core.brokers import amqp_parameters, broker_urls, reconnected_if_lost
+from outbox.core.context_databases import kernel_databases
 from outbox.core.publishing import publish
 from outbox.core.retention import prune
 from outbox.core.subscriptions import message_to, queue_name, routing_table, subscribers_of
@@ -206,7 +207,8 @@ def empty_the_outbox_and_queues() -> None:
     """No figure inherits another's work: every table of the run's database emptied (the
     handlers' own state too: a waiting line grown by an earlier run slows the next), and every
     subscriber's queue (the events a latency run's handlers published go on to others)."""
-    call_command("flush", interactive=False, verbosity=0)
+    for database in kernel_databases():  # a context on a database of its own has its tables there
+        call_command("flush", database=database, interactive=False, verbosity=0)
     broker = reconnected_if_lost(dramatiq.get_broker())
     for subscriber in sorted({s.subscriber for subs in routing_table().values() for s in subs}):
         broker.declare_queue(queue_name(subscriber), ensure=True)
