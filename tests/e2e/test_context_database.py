@@ -5,13 +5,18 @@ API and delivered. Each database then holds its own contexts' state and their ev
 outbox, inbox and dead letters; the story of a delivery read through the API spans both, in causal
 order; and the sweep of each outbox finds every recipient's acknowledgement on the other."""
 
+import http.cookiejar
 import json
+import re
 import subprocess
 import urllib.request
 import uuid
+from urllib.parse import urlencode
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.urls import reverse
 
 from harness.postgres_servers import PostgresServer
 from tests.factories import BASE, delivery_request
@@ -45,6 +50,26 @@ def _timeline(port: int, token: str, delivery_id: str) -> list[dict]:
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
+
+
+def _console_timeline(port: int, correlation_id: str) -> str:
+    """The admin's timeline page of a story, as an operator signed in to the console sees it."""
+    User.objects.create_superuser("operator", "operator@example.com", "a long operator password")
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    login = f"http://127.0.0.1:{port}/admin/login/"
+    form = opener.open(login, timeout=10).read().decode()
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+    fields = {
+        "username": "operator",
+        "password": "a long operator password",
+        "csrfmiddlewaretoken": csrf,
+        "next": "/admin/",
+    }
+    opener.open(urllib.request.Request(login, data=urlencode(fields).encode(), headers={"Referer": login}), timeout=10)
+    page = f"http://127.0.0.1:{port}{reverse('admin:outbox_timeline', args=[correlation_id])}"
+    with opener.open(page, timeout=10) as answer:
+        assert answer.url == page, f"not signed in: {answer.url}"
+        return answer.read().decode()
 
 
 class System:
@@ -122,6 +147,7 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             wait_until(lambda: _delivered() == DELIVERIES, timeout=90, what="every delivery to be delivered")
             wait_until(lambda: _drones_available(server) == 3, what="every drone to be released")
             story = _timeline(system.port, token, accepted[0])
+            console = _console_timeline(system.port, accepted[0])
             with urllib.request.urlopen(f"http://127.0.0.1:{system.port}/metrics", timeout=10) as answer:
                 metrics = answer.read().decode()
             system.stop()
@@ -159,6 +185,9 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
         types = [event["type"] for event in story]
         assert types[0] == "delivery.requested", types
         assert {"drone.scheduled", "drone.released", "delivery.dispatched", "delivery.completed"} <= set(types)
+        # The console's story of it (the admin's timeline page) too, drawn from both databases.
+        drawn = [console.find(f"<small>{event['messageId']}</small>") for event in story]
+        assert -1 not in drawn and drawn == sorted(drawn), "an event missing from the console, or out of order"
         seen = set()
         for event in story:
             assert event["causationId"] is None or event["causationId"] in seen, f"{event['type']} before its cause"
