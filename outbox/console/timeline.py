@@ -72,15 +72,15 @@ def causal_order(events: list[OutboxMessage]) -> list[OutboxMessage]:
     """Several outboxes' events in an order where each follows its cause: by the time each occurred,
     a cause moved ahead of an effect stamped earlier (another host's clock). Within one outbox the
     id order is causal already; across two, ids say nothing."""
-    by_id = {e.message_id: e for e in events}
+    originals = {e.message_id: e for e in events if not e.target_subscriber}  # a copy shares its id
     ordered: list[OutboxMessage] = []
-    placed: set[UUID] = set()
-    for event in sorted(events, key=lambda e: e.occurred_at):
+    placed: set[int] = set()
+    for event in sorted(events, key=lambda e: e.occurred_at):  # stable: a copy after its original
         chain = []
-        while event is not None and event.message_id not in placed:
-            placed.add(event.message_id)
+        while event is not None and id(event) not in placed:
+            placed.add(id(event))
             chain.append(event)
-            event = by_id.get(event.causation_id)
+            event = originals.get(event.causation_id)
         ordered += reversed(chain)
     return ordered
 

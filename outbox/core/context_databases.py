@@ -200,6 +200,19 @@ def context_databases_are_routed(app_configs=None, **kwargs):
                 id="outbox.E010",
             )
         )
+    shared = {}
+    for label, alias in settings.OUTBOX_CONTEXT_DATABASES.items():
+        shared.setdefault(alias, []).append(label)
+    for alias, labels_there in shared.items():
+        if alias != DEFAULT_DB_ALIAS and len(labels_there) > 1:
+            found.append(  # a context alone on its database needs no role; two there would share every table
+                checks.Warning(
+                    f"OUTBOX_CONTEXT_DATABASES puts {', '.join(sorted(labels_there))} on {alias!r} together: their "
+                    "code runs as the project's role there, with no schema or row of its own",
+                    hint="give each context a database of its own, or keep them on default",
+                    id="outbox.W010",
+                )
+            )
     labels = {config.label for config in apps.get_app_configs()}
     for label, alias in settings.OUTBOX_CONTEXT_DATABASES.items():
         if label not in labels:

@@ -11,8 +11,8 @@ database's relay sends it on: the context's handlers now run on the new database
 Three steps, each safe to run again: copy (one transaction on the new database, all of it or
 nothing, with the check: a row already there, by its key, is left as it is), check (every row of
 the old database is on the new), delete from the old database; the old database's tables held
-against writers throughout. Stop the processes first (web, workers, relays): a writer still there
-makes it stop, not wait. docs/deployment.md has the whole procedure.
+against writers throughout. Stop the processes first (web, workers, relays): a writer caught in the
+middle of a write makes it stop, not wait. docs/deployment.md has the whole procedure.
 """
 
 from collections.abc import Callable, Iterable, Iterator
@@ -74,9 +74,11 @@ def move_context(
     # The old database's tables are held against writers (readers go on) from the first row read
     # to the last deleted: what was copied and checked is what is deleted, nothing written between.
     # The copy and its check are one transaction on the new database: a failed check undoes the copy.
+    tables = [*own, *(k[0] for k in kernel), Stream]
     with transaction.atomic(using=source):
-        _hold(source, [*own, *(k[0] for k in kernel), Stream])
+        _hold(source, tables)
         with transaction.atomic(using=target):
+            _hold(target, tables)  # nor on the new one: a row written there meanwhile could take a copied key
             for model in own:
                 copy(model, models.Q(), keep_keys=True)
             for model, where, _ in kernel:
@@ -84,8 +86,8 @@ def move_context(
             moved[Stream._meta.db_table].copied = _carry_streams(source, target, batch_size)
             done(Stream)
             _restart_sequences(own, target)
-            for model in own:
-                _check(model, models.Q(), ("pk",), source, target, batch_size)
+            for model in own:  # every field: a row of that key written there otherwise is not this one
+                _check(model, models.Q(), _fields(model), source, target, batch_size)
             for model, where, key in kernel:
                 _check(model, where, key, source, target, batch_size)
         # Committed on the new database; should the old one's commit fail, a second run finds every
@@ -97,9 +99,14 @@ def move_context(
     return list(moved.values())
 
 
+def _fields(model) -> tuple[str, ...]:
+    return tuple(field.attname for field in model._meta.concrete_fields)
+
+
 def _hold(source: str, tables: list) -> None:
     """EXCLUSIVE: nobody writes to them until the move commits. Waited for a few seconds at most:
-    a process still running (a worker, a relay) is told of, not waited out."""
+    a process in the middle of a write (a worker, a relay) is told of, not waited out. A process
+    merely connected would write after the move, to the old database: stop them all first."""
     connection = connections[source]
     if connection.vendor != "postgresql":
         return  # SQLite: the move's write transaction holds the whole database already
@@ -199,11 +206,12 @@ def _restart_sequences(own: list, target: str) -> None:
 
 
 def _check(model, where: models.Q, key: tuple[str, ...], source: str, target: str, batch_size: int) -> None:
-    """Every row of `source` is on `target`, by its key: else nothing is deleted."""
+    """Every row of `source` is on `target`, by `key` (its fields): else nothing is deleted."""
     for batch in _rows(model, where, source, batch_size):
         wanted = {tuple(getattr(row, name) for name in key) for row in batch}
-        first = key[0]
-        there = set(model.objects.using(target).filter(**{f"{first}__in": {k[0] for k in wanted}}).values_list(*key))
+        # Each field of the key among the batch's values: the target's rows of this batch, not all of a subscriber's.
+        among = {f"{name}__in": {k[i] for k in wanted} for i, name in enumerate(key[:2])}
+        there = set(model.objects.using(target).filter(**among).values_list(*key))
         missing = wanted - there
         if missing:
             raise CannotMove(

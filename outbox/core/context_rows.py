@@ -24,6 +24,7 @@ to a context since) in one catalog query, and writes them again only when they d
 
 from django.apps import apps
 from django.conf import settings
+from django.core import checks
 from django.db import connections, transaction
 
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
@@ -87,3 +88,26 @@ def own_rows(*, using: str = "default") -> list[str]:
                 cursor.execute(f"COMMENT ON POLICY {quote(role)} ON {on} IS {_literal(condition)}")
                 done.append(f"{role} may use only its own rows of {table}: {condition}")
     return done
+
+
+@checks.register()
+def each_context_publishes_under_its_own_name(app_configs=None, **kwargs):
+    """The policy lets a context's role write the events whose `source` is its app's name, as
+    `Event.source()` reads it from the module that declares them: an event declared elsewhere
+    (`orders/events/v2.py` says "events") would be refused at its first publish()."""
+    from outbox.core.contracts import contracts
+
+    found = []
+    for event in contracts().values():
+        app = apps.get_containing_app_config(event.__module__)
+        if app is None or app.label not in settings.OUTBOX_CONTEXTS or event.source() == published_as(app.label):
+            continue
+        found.append(
+            checks.Error(
+                f"{event.__module__}.{event.__qualname__} is published as {event.source()!r}, but its context "
+                f"{app.label!r} may write only events of {published_as(app.label)!r} (row-level security)",
+                hint=f"declare {app.label}'s events in {app.name}.events",
+                id="outbox.E013",
+            )
+        )
+    return found

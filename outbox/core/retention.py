@@ -15,9 +15,9 @@ redelivery into a no-op; past it no copy exists to deliver. A replayed dead lett
 send of the envelope the dead letter keeps, so it needs no outbox row.
 
 With a context on a database of its own (outbox.core.context_databases) a stream's events are in
-its publisher's outbox and its cursors beside each subscriber's inbox, on another database: whether
-a stream is idle cannot be told from one of them, so cursors and counters are kept (one row per
-stream and subscriber; the rows that grow with every message are pruned as before).
+its publisher's outbox and its cursors beside each subscriber's inbox, on another database: a
+cursor or a counter idle on its own database is deleted only once the others have no event, no
+replayable letter (and, for a counter, no cursor) of its stream either.
 """
 
 from collections.abc import Callable
@@ -86,7 +86,6 @@ def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
             f"AND d.envelope ->> 'stream' = {table}.{_stream_column(table)})"
         )
 
-    streams_here = len(kernel_databases()) == 1  # its events, cursors and letters all in this database
     return [
         (outbox, "id", "published_at < %s", [cutoff]),
         (
@@ -98,24 +97,58 @@ def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
             [cutoff, *REPLAYABLE],
         ),
         (letters, "id", f"status NOT IN ({replayable}) AND resolved_at < %s", [*REPLAYABLE, cutoff]),
-        *(
-            [
-                (cursors, "id", no_event_nor_replayable_letter_of(cursors), [*REPLAYABLE]),
-                # The stream's counter goes once its cursors are gone: a stream that starts again at 1
-                # then meets no cursor that remembers a higher number.
-                (
-                    streams,
-                    "name",
-                    f"{no_event_nor_replayable_letter_of(streams)} "
-                    f"AND NOT EXISTS (SELECT 1 FROM {cursors} c WHERE c.stream = {streams}.name)",
-                    [*REPLAYABLE],
-                ),
-            ]
-            if streams_here
-            else []
+        (cursors, "id", no_event_nor_replayable_letter_of(cursors), [*REPLAYABLE]),
+        # The stream's counter goes once its cursors are gone: a stream that starts again at 1
+        # then meets no cursor that remembers a higher number.
+        (
+            streams,
+            "name",
+            f"{no_event_nor_replayable_letter_of(streams)} "
+            f"AND NOT EXISTS (SELECT 1 FROM {cursors} c WHERE c.stream = {streams}.name)",
+            [*REPLAYABLE],
         ),
         (heartbeats, "id", "last_seen < %s", [timezone.now() - HEARTBEAT_FORGOTTEN_AFTER]),
     ]
+
+
+def _in_use_elsewhere(streams: set[str], *, cursors: bool) -> set[str]:
+    """Of `streams`, those another database has an event of, a letter of that may still be replayed,
+    or (`cursors`) a cursor of: a stream's events are in its publisher's outbox, its cursors beside
+    each subscriber's inbox. A database that does not answer fails the run: nothing is deleted."""
+    busy: set[str] = set()
+    for database in kernel_databases():
+        if database == current():
+            continue
+        busy.update(
+            OutboxMessage.objects.using(database)
+            .filter(stream__in=streams, target_subscriber="")
+            .values_list("stream", flat=True)
+        )
+        letters = DeadLetter.objects.using(database).filter(status__in=REPLAYABLE, envelope__stream__in=streams)
+        busy.update(letters.values_list("envelope__stream", flat=True))
+        if cursors:
+            busy.update(
+                StreamCursor.objects.using(database).filter(stream__in=streams).values_list("stream", flat=True)
+            )
+    return busy
+
+
+def _delete_idle(cursor, table, key, where, params, batch_size, after, lock) -> tuple[int, int, object]:
+    """One batch of the streams idle here, those idle on every other database deleted: how many,
+    how many were looked at, and the batch's last key (the next starts after it: one busy elsewhere stays)."""
+    since = f" AND {key} > %s" if after is not None else ""
+    cursor.execute(
+        f"SELECT {key}, {_stream_column(table)} FROM {table} WHERE {where}{since} ORDER BY {key} LIMIT %s{lock}",
+        [*params, *([after] if after is not None else []), batch_size],
+    )
+    batch = cursor.fetchall()
+    if not batch:
+        return 0, 0, after
+    busy = _in_use_elsewhere({stream for _, stream in batch}, cursors=table == Stream._meta.db_table)
+    idle = [row_key for row_key, stream in batch if stream not in busy]
+    if idle:
+        cursor.execute(f"DELETE FROM {table} WHERE {key} IN ({', '.join(['%s'] * len(idle))})", idle)
+    return len(idle), len(batch), batch[-1][0]
 
 
 def _stream_column(table: str) -> str:
@@ -123,19 +156,25 @@ def _stream_column(table: str) -> str:
 
 
 def _delete_in_batches(table, key, where, params, batch_size, on_batch) -> Pruned:
-    pruned = Pruned(table)
+    pruned, after = Pruned(table), None
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    # A stream's cursors and counter, with a context on a database of its own: idle here, and asked
+    # of the others too (a stream found idle here is locked until the batch is deleted).
+    across = table in (StreamCursor._meta.db_table, Stream._meta.db_table) and len(kernel_databases()) > 1
     while True:
         with transaction.atomic(using=current()), connection.cursor() as cursor:
-            cursor.execute(
-                f"DELETE FROM {table} WHERE {key} IN "
-                f"(SELECT {key} FROM {table} WHERE {where} ORDER BY {key} LIMIT %s{lock})",
-                [*params, batch_size],
-            )
-            deleted = cursor.rowcount
+            if across:
+                deleted, looked_at, after = _delete_idle(cursor, table, key, where, params, batch_size, after, lock)
+            else:
+                cursor.execute(
+                    f"DELETE FROM {table} WHERE {key} IN "
+                    f"(SELECT {key} FROM {table} WHERE {where} ORDER BY {key} LIMIT %s{lock})",
+                    [*params, batch_size],
+                )
+                deleted = looked_at = cursor.rowcount
         pruned.deleted += deleted
         pruned.batches += 1
-        pruned.finished = deleted < batch_size
+        pruned.finished = looked_at < batch_size
         if on_batch:
             on_batch(pruned)
         if pruned.finished:

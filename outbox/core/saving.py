@@ -38,7 +38,7 @@ def save_fields(instance: models.Model, fields: Iterable[str], *, using: str | N
     model = type(instance)
     if model.save is not models.Model.save:
         raise TypeError(f"save_fields({model.__name__}): the model overrides save(), which this would skip")
-    using = using or instance._state.db or "default"
+    using = using or instance._state.db or context_databases.of_model(model)
     connection = connections[using]
     names = tuple(fields)
     statement = _statements.get((model, names, connection.vendor)) or _statement_for(model, names, connection)

@@ -380,7 +380,7 @@ class Relay:
             body = row.envelope(traced=False)  # what broke it (its trace context) stays out of the letter
         with transaction.atomic(using=current()):
             for subscriber in self._not_reached(row):  # one whose copy got through needs no replay
-                # Beside its inbox: on another database, committed at once (and written once, by its key).
+                # Beside its inbox: on another database, committed at once (set aside again, it adds up).
                 with working_in(of_subscriber(subscriber)):
                     record_dead_letter(
                         subscriber=subscriber, body=body, reason=Reason.UNSENDABLE, error=error, attempts=attempts

@@ -24,7 +24,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -198,6 +198,7 @@ def _unacknowledged(rows: list[OutboxMessage]) -> tuple[dict[UUID, list[str]], s
         except DatabaseError as error:
             if where == current():
                 raise  # this page's own database: the page fails, and the next run tries again
+            connections[where].close()  # a new one next time: a connection that failed is not checked again
             logger.warning("sweep: %s's acknowledgements unread, its database %s is away: %s", subscriber, where, error)
             unread.update(ids)
             continue

@@ -199,9 +199,19 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
         streams = "SELECT count(*) FROM outbox_stream WHERE name LIKE 'assignment:%%'"
         kept, numbered = _count(_on_default(cursors)), _count(_on_server(server, streams))
         assert kept >= DELIVERIES and numbered >= DELIVERIES
+        # And a stream idle everywhere (its events pruned long ago) loses its cursor and its counter.
+        _on_default(
+            "INSERT INTO outbox_streamcursor (subscriber, stream, last_sequence, gaps, stale) "
+            "VALUES ('deliveries', 'assignment-gone', 5, 0, 0) RETURNING id"
+        )
+        _on_server(
+            server, "INSERT INTO outbox_stream (name, last_sequence) VALUES ('assignment-gone', 5) RETURNING name"
+        )
         for database in ("default", "drones"):
             manage(two, "prune_messages", "--database", database)
         assert (_count(_on_default(cursors)), _count(_on_server(server, streams))) == (kept, numbered)
+        assert _count(_on_default("SELECT count(*) FROM outbox_streamcursor WHERE stream = 'assignment-gone'")) == 0
+        assert _count(_on_server(server, "SELECT count(*) FROM outbox_stream WHERE name = 'assignment-gone'")) == 0
 
         # With the drones' server away, the sweep of the other outbox goes on: what the drones owe
         # is neither settled nor sent again until their database answers.
