@@ -19,6 +19,7 @@ from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from outbox.console import choreography_map
+from outbox.console.database_choice import InChosenDatabase, choice, in_chosen, reading_chosen_database
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
 from outbox.console.timeline import correlation_timeline
@@ -86,7 +87,7 @@ def _pretty(value) -> str:
 
 
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(ReadOnlyAdmin):
+class OutboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
     list_display = [
         "id",
         "type",
@@ -121,7 +122,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
             return self.admin_site.admin_view(viewer_only)
 
         return [
-            path("overview/", view(self.overview), name="outbox_overview"),
+            path("overview/", view(reading_chosen_database(self.overview)), name="outbox_overview"),
             path("timeline/<uuid:correlation_id>/", view(self.timeline), name="outbox_timeline"),
             *super().get_urls(),
         ]
@@ -143,11 +144,14 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "title": "Messaging overview",
+            **choice(request),
             "choreography": mark_safe(  # drawn by outbox.console.svg, which escapes every text it is given
                 choreography_map.to_svg(
                     choreography_map.graph(),
                     counts=choreography_map.edge_counts(since=now - timedelta(hours=1)),
-                    links=_edge_links,
+                    links=lambda subscriber, event_type: tuple(
+                        in_chosen(link, request) for link in _edge_links(subscriber, event_type)
+                    ),
                 )
             ),
             "pending": pending,
@@ -201,12 +205,12 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/outbox/timeline.html", context)
 
     def changelist_view(self, request, extra_context=None):
-        extra = {"overview_url": reverse("admin:outbox_overview"), **(extra_context or {})}
+        extra = {"overview_url": in_chosen(reverse("admin:outbox_overview"), request), **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)
 
 
 @admin.register(InboxMessage)
-class InboxMessageAdmin(ReadOnlyAdmin):
+class InboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
     list_display = ["subscriber", "type", "message_id", "processed_at", "duplicates"]
     list_filter = ["subscriber", "type"]
     search_fields = ["=message_id", "=correlation_id"]
@@ -239,7 +243,7 @@ class DeadLetterStatus(admin.SimpleListFilter):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
+class DeadLetterAdmin(InChosenDatabase, ReadOnlyAdmin):
     # Five narrow columns: nine (each field its own) ran past the page at 1280 px beside the filters.
     list_display = ["letter", "reason_and_attempts", "status_and_replays", "last_failed", "timeline"]
     list_display_links = ["letter"]
@@ -271,11 +275,11 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         return timeline_link(letter.correlation_id, "timeline")
 
     def get_urls(self):
-        groups = self.admin_site.admin_view(self.groups)
+        groups = self.admin_site.admin_view(reading_chosen_database(self.groups))
         return [path("groups/", groups, name="outbox_deadletter_groups"), *super().get_urls()]
 
     def changelist_view(self, request, extra_context=None):
-        extra = {"groups_url": reverse("admin:outbox_deadletter_groups"), **(extra_context or {})}
+        extra = {"groups_url": in_chosen(reverse("admin:outbox_deadletter_groups"), request), **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)
 
     def groups(self, request):
@@ -284,15 +288,16 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             raise PermissionDenied
         if request.method == "POST":
             self._act_on_group(request)
-            return HttpResponseRedirect(request.path)
+            return HttpResponseRedirect(request.get_full_path())  # the database chosen kept
         context = {
             **self.admin_site.each_context(request),
             "title": "Dead letters in groups",
+            **choice(request),
             "groups": open_groups(),
             "may_replay": self.has_replay_permission(request),
             "may_discard": self.has_discard_permission(request),
             "opts": self.model._meta,
-            "changelist_url": reverse("admin:outbox_deadletter_changelist"),
+            "changelist_url": in_chosen(reverse("admin:outbox_deadletter_changelist"), request),
         }
         return TemplateResponse(request, "admin/outbox/dead_letter_groups.html", context)
 

@@ -64,6 +64,24 @@ def test_the_dead_letter_list_opens_on_the_open_letters_and_names_a_missing_even
     assert admin_client.get("/admin/outbox/deadletter/?status=discarded").context["cl"].result_count == 1
 
 
+@pytest.mark.parametrize("page", ["outboxmessage/", "inboxmessage/", "deadletter/", "outboxmessage/overview/"])
+def test_with_one_database_the_kernels_pages_offer_no_choice_of_one_and_a_database_named_in_a_link_is_ignored(
+    admin_client, page
+):
+    """The choice of database (outbox.console.database_choice) is for a context on a database of
+    its own (tests/e2e/test_context_database.py): with one, a link naming a database another
+    deployment has still opens the page, on `default`, rather than Django's "?e=1" of a lookup it
+    does not know."""
+    a_dead_letter()
+    answer = admin_client.get(f"/admin/outbox/{page}?database=drones")
+    assert answer.status_code == 200, answer
+    assert 'id="database-choice"' not in answer.content.decode()
+    if "cl" in answer.context:  # a filter with nothing to offer is left out
+        assert not any(getattr(spec, "parameter_name", "") == "database" for spec in answer.context["cl"].filter_specs)
+    if page == "deadletter/":
+        assert answer.context["cl"].result_count == 1
+
+
 def test_a_deliverys_timeline_table_gives_each_time_with_its_zone_and_keeps_event_names_whole(admin_client):
     html = render_to_string(
         "admin/outbox/timeline_table.html",

@@ -14,6 +14,7 @@ import uuid
 from urllib.parse import urlencode
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.urls import reverse
@@ -52,24 +53,68 @@ def _timeline(port: int, token: str, delivery_id: str) -> list[dict]:
         return json.loads(answer.read())
 
 
-def _console_timeline(port: int, correlation_id: str) -> str:
-    """The admin's timeline page of a story, as an operator signed in to the console sees it."""
+def _signed_in_operator(port: int) -> urllib.request.OpenerDirector:
+    """A browser of an operator signed in to the admin."""
     User.objects.create_superuser("operator", "operator@example.com", "a long operator password")
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
     login = f"http://127.0.0.1:{port}/admin/login/"
-    form = opener.open(login, timeout=10).read().decode()
-    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
     fields = {
         "username": "operator",
         "password": "a long operator password",
-        "csrfmiddlewaretoken": csrf,
+        "csrfmiddlewaretoken": _csrf(opener.open(login, timeout=10).read().decode()),
         "next": "/admin/",
     }
     opener.open(urllib.request.Request(login, data=urlencode(fields).encode(), headers={"Referer": login}), timeout=10)
-    page = f"http://127.0.0.1:{port}{reverse('admin:outbox_timeline', args=[correlation_id])}"
-    with opener.open(page, timeout=10) as answer:
-        assert answer.url == page, f"not signed in: {answer.url}"
-        return answer.read().decode()
+    return opener
+
+
+def _csrf(form: str) -> str:
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+
+
+def _page(operator, port: int, path: str, fields: dict | None = None) -> tuple[str, str]:
+    """The admin's page at `path` (a form posted to it, with `fields`): where it ended, and what it says."""
+    url = f"http://127.0.0.1:{port}{path}"
+    data = urlencode(fields).encode() if fields is not None else None
+    with operator.open(urllib.request.Request(url, data=data, headers={"Referer": url}), timeout=10) as answer:
+        return answer.url.removeprefix(f"http://127.0.0.1:{port}"), answer.read().decode()
+
+
+# A letter the drones' handler left of a delivery's request, as dispatch records it, in the drones'
+# database (where their inbox is): the operator's to find and replay from the admin.
+DRONES_LETTER = """
+from outbox.core.context_databases import working_in
+from outbox.core.dead_letters import Reason, record_dead_letter
+from outbox.models import OutboxMessage
+event = OutboxMessage.objects.using("default").get(
+    type="delivery.requested", correlation_id="{correlation_id}", target_subscriber=""
+)
+with working_in("drones"):
+    print(record_dead_letter(subscriber="drones", body=event.envelope(), reason=Reason.HANDLER_ERROR).pk)
+"""
+
+
+def _operator_replays_the_drones_letter(port: int, operator, letter_id: int) -> None:
+    """The admin's pages of the kernel's tables read the database the operator chooses: the
+    drones' letter is listed, opened and replayed there, and nowhere on `default`'s pages."""
+    changelist = reverse("admin:outbox_deadletter_changelist")
+    _, here = _page(operator, port, changelist)
+    assert 'id="changelist-filter"' in here and "?database=drones" in here, "no choice of database"
+    assert "to drones" not in here
+    _, there = _page(operator, port, f"{changelist}?database=drones")
+    assert f"to drones · #{letter_id}" in there, there
+    change = reverse("admin:outbox_deadletter_change", args=[letter_id])
+    landed, letter = _page(operator, port, f"{change}?_changelist_filters=database%3Ddrones")
+    assert landed.startswith(change) and "handler_error" in letter, landed
+    landed, _ = _page(operator, port, change)  # on default there is no such letter: the admin says so
+    assert not landed.startswith(change), landed
+    _, overview = _page(operator, port, f"{reverse('admin:outbox_overview')}?database=drones")
+    assert "<strong>drones</strong>" in overview and "<td>drones</td><td>handler_error</td>" in overview
+    _, groups = _page(operator, port, f"{reverse('admin:outbox_deadletter_groups')}?database=drones")
+    assert f"{change}?database=drones" in groups, "the group's sample letter not linked in its database"
+
+    fields = {"csrfmiddlewaretoken": _csrf(there), "action": "replay", "index": "0"}
+    _page(operator, port, f"{changelist}?database=drones", {**fields, "_selected_action": str(letter_id)})
 
 
 class System:
@@ -147,7 +192,21 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             wait_until(lambda: _delivered() == DELIVERIES, timeout=90, what="every delivery to be delivered")
             wait_until(lambda: _drones_available(server) == 3, what="every drone to be released")
             story = _timeline(system.port, token, accepted[0])
-            console = _console_timeline(system.port, accepted[0])
+            operator = _signed_in_operator(system.port)
+            _, console = _page(operator, system.port, reverse("admin:outbox_timeline", args=[accepted[0]]))
+            letter_id = int(manage(two, "shell", "-c", DRONES_LETTER.format(correlation_id=accepted[0])).split()[-1])
+            _operator_replays_the_drones_letter(system.port, operator, letter_id)
+            # Replayed where it was: its copy in the outbox of its event, relayed to the drones,
+            # whose inbox drops it (they had handled it) and closes the letter as processed; the
+            # operator's deed in the audit log.
+            message_id = story[0]["messageId"]
+            copy = "SELECT count(*) FROM outbox_outboxmessage WHERE message_id = %s AND target_subscriber = 'drones'"
+            assert _count(_on_default(copy, [message_id])) == 1
+            dropped = "SELECT duplicates FROM outbox_inboxmessage WHERE message_id = %s AND subscriber = 'drones'"
+            wait_until(lambda: _on_server(server, dropped, [message_id]) == [(1,)], what="the replay, dropped")
+            letter = "SELECT status, replays FROM outbox_deadletter WHERE id = %s"
+            wait_until(lambda: _on_server(server, letter, [letter_id]) == [("processed", 1)], what="the letter closed")
+            assert LogEntry.objects.filter(object_id=str(letter_id), change_message__startswith="replayed").exists()
             with urllib.request.urlopen(f"http://127.0.0.1:{system.port}/metrics", timeout=10) as answer:
                 metrics = answer.read().decode()
             system.stop()
@@ -176,7 +235,7 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
         inbox_here = dict(_on_default("SELECT subscriber, count(*) FROM outbox_inboxmessage GROUP BY subscriber"))
         assert set(inbox_there) == {"drones"}, inbox_there
         assert inbox_here.get("deliveries", 0) > 0 and "drones" not in inbox_here
-        assert _on_server(server, "SELECT count(*) FROM outbox_deadletter")[0][0] == 0
+        assert _on_server(server, "SELECT count(*) FROM outbox_deadletter WHERE status = 'open'")[0][0] == 0
         assert _on_default("SELECT count(*) FROM outbox_deadletter")[0][0] == 0
         # /metrics reads every outbox (a query of one on the other's database would fail the page).
         assert "\noutbox_due_rows 0.0\n" in metrics, metrics
