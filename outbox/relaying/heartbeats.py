@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from datetime import timedelta
 
 import dramatiq
 from django.conf import settings
@@ -138,3 +139,13 @@ class WorkerHeartbeat(dramatiq.Middleware):
 
 def silent_since(last_seen) -> float:
     return (timezone.now() - last_seen).total_seconds()
+
+
+def alive(database: str) -> list[tuple[str, float]]:
+    """The relays and workers whose heartbeat in `database` is not silent, each with the seconds
+    since it was last seen (`move_context` refuses to run beside them)."""
+    from outbox.models import Heartbeat
+
+    since = timezone.now() - timedelta(seconds=3 * interval())
+    beats = Heartbeat.objects.using(database).filter(last_seen__gte=since).order_by("process")
+    return [(beat.process, silent_since(beat.last_seen)) for beat in beats]

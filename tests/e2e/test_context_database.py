@@ -18,8 +18,10 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from harness.postgres_servers import PostgresServer
+from outbox.models import Heartbeat
 from tests.factories import BASE, delivery_request
 from tests.processes import MANAGE, a_free_port, launched, manage, post, web_server_up
 from tests.servers import POSTGRES_RIG
@@ -289,6 +291,10 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             assert "looked at 0 " not in said, f"{database}: {said}"
 
 
+def _move_drones(env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([*MANAGE, "move_context", "drones"], env=env, capture_output=True, text=True, timeout=120)
+
+
 def _count(rows: list[tuple]) -> int:
     return rows[0][0]
 
@@ -321,11 +327,16 @@ def test_a_deployment_moves_drones_onto_a_server_of_their_own_with_their_data_an
         streams_before = dict(_on_default("SELECT name, last_sequence FROM outbox_stream WHERE name LIKE 'drone:%%'"))
 
         manage(two, "migrate", "--noinput", "--database", "drones")
+        # A worker still running (on another host: its heartbeat is all there is of it) would write
+        # to the old database after the move: it refuses, naming it.
+        now = timezone.now()
+        running = Heartbeat.objects.create(process="worker@elsewhere:7", kind="worker", started_at=now, last_seen=now)
+        refused = _move_drones(two)
+        assert refused.returncode != 0 and "still running: worker@elsewhere:7 (seen" in refused.stderr, refused
+        running.delete()
         with transaction.atomic(), connection.cursor() as cursor:  # a process still writing to the drones' tables
             cursor.execute("UPDATE drones_drone SET name = name")
-            refused = subprocess.run(
-                [*MANAGE, "move_context", "drones"], env=two, capture_output=True, text=True, timeout=120
-            )
+            refused = _move_drones(two)
         assert refused.returncode != 0 and "something is still writing to default" in refused.stderr, refused
         assert _count(_on_server(server, "SELECT count(*) FROM drones_drone")) == 0  # and nothing was copied
         said = manage(two, "move_context", "drones")

@@ -3,9 +3,13 @@ import time
 from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
+from outbox.core.context_databases import kernel_databases
 from outbox.core.context_moves import CannotMove, Moved, move_context
 from outbox.management.arguments import whole_number
+from outbox.models import Heartbeat
+from outbox.relaying.heartbeats import alive, interval
 
 
 class Command(BaseCommand):
@@ -41,6 +45,7 @@ class Command(BaseCommand):
         for option, alias in (("--from", source), ("--to", target)):
             if alias not in settings.DATABASES:
                 raise CommandError(f"{option}: {alias!r} is not in DATABASES")
+        refuse_beside_running_processes([*kernel_databases(), source, target])
         started = time.monotonic()
 
         def progress(moved: Moved) -> None:
@@ -57,3 +62,19 @@ class Command(BaseCommand):
             deleted = ", ".join(f"{m.table} {m.deleted:,}" for m in moved if m.deleted)
             self.stdout.write(f"checked: every row is on {target}; deleted from {source}: {deleted or 'nothing'}")
             self.stdout.write(f"moved in {time.monotonic() - started:.1f} s")
+
+
+def refuse_beside_running_processes(databases: list[str]) -> None:
+    """A relay or worker still running would write to the old database after the move (the move's
+    hold on its tables stops only a process caught mid-write): each says it is alive by its
+    heartbeat, in whichever database it serves. Web processes write none: the docs say to stop them."""
+    running = []
+    for database in dict.fromkeys(databases):
+        if Heartbeat._meta.db_table not in connections[database].introspection.table_names():
+            continue  # no tables there yet (`migrate --database` not run): nothing runs on it
+        running += [f"{process} (seen {seconds:.0f} s ago, in {database})" for process, seconds in alive(database)]
+    if running:
+        raise CommandError(
+            f"still running: {', '.join(running)}. Stop web, workers and relays first; one killed rather "
+            f"than stopped counts as gone {3 * interval():.0f} s after its last heartbeat."
+        )
