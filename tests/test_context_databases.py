@@ -6,6 +6,7 @@ import pytest
 
 from outbox.core import context_databases, context_rows
 from outbox.core.contracts import Event
+from outbox.core.subscriptions import Subscription
 
 
 def ids(found) -> list[str]:
@@ -52,3 +53,24 @@ def test_an_event_a_context_declares_outside_its_events_module_is_said_at_start(
         from outbox.core.contracts import _contracts
 
         _contracts.pop(("drone.misplaced_for_the_check", 1), None)
+
+
+def test_a_handler_nested_deep_in_its_app_or_in_an_app_of_another_label_has_its_inbox_on_its_apps_database(settings):
+    """A subscriber's inbox, cursors and letters go to its context's database, and its handler's
+    writes to its app's (the router, by app label): two names for one context would put the inbox
+    on one database and the state on another, no longer one transaction."""
+    settings.OUTBOX_CONTEXT_DATABASES = {"drones": "fleet", "probe": "fleet"}
+
+    def handler(received):
+        pass
+
+    for module, context in [
+        ("drones.handling.scheduling", "drones"),  # read as "handling" from its module path alone
+        ("tests.probe.nested.handlers", "probe"),  # the app's label, not its package's name
+        ("drones.handlers", "drones"),
+        ("a_script_outside_every_app", "a_script_outside_every_app"),
+    ]:
+        handler.__module__ = module
+        subscription = Subscription("nested", "drone.nested", handler, None, frozenset({1}))
+        assert subscription.context == context, module
+        assert context_databases.of(subscription.context) == ("fleet" if context in ("drones", "probe") else "default")

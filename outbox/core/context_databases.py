@@ -123,13 +123,17 @@ def connection_of(context: str) -> ConnectionProxy:
 _of_module: dict[str, str | None] = {}
 
 
-def of_caller(depth: int = 2) -> str:
-    """The database of the app whose code called the function that calls this."""
-    module = sys._getframe(depth).f_globals.get("__name__", "")
+def app_label(module: str) -> str | None:
+    """The label of the installed app `module` belongs to (None: none), found once per module."""
     if module not in _of_module:
         app = apps.get_containing_app_config(module)
         _of_module[module] = app.label if app is not None else None
-    return of(_of_module[module])
+    return _of_module[module]
+
+
+def of_caller(depth: int = 2) -> str:
+    """The database of the app whose code called the function that calls this."""
+    return of(app_label(sys._getframe(depth).f_globals.get("__name__", "")))
 
 
 def of_model(model) -> str:

@@ -389,8 +389,7 @@ def _create_role(cursor, role: str, *, superuser: bool) -> None:
 def contexts_are_apps_and_own_their_handlers(app_configs=None, **kwargs):
     """Each listed context must be an installed app (its tables are found through it); and a
     subscriber whose handlers live outside every listed context runs as the project's own role,
-    which owns every table: said, so that it is a choice (a handler in a module nested deeper than
-    `<app>.<module>` counts as outside, as Subscription.context reads it)."""
+    which owns every table: said, so that it is a choice."""
     from outbox.core.subscriptions import context_of, subscribers
 
     if not settings.OUTBOX_CONTEXTS:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import dramatiq
+from django.apps import apps
 from django.conf import settings
 from pydantic import BaseModel
 
+from outbox.core.context_databases import app_label
 from outbox.core.envelope import Envelope
 
 P = TypeVar("P")
@@ -47,8 +49,14 @@ class Subscription:
 
     @property
     def context(self) -> str:
-        """The subscriber's context: the app its handler lives in (as Event.source() names a publisher)."""
-        parts = self.handler.__module__.split(".")
+        """The subscriber's context: the label of the app its handler lives in, however deep its
+        module (`billing.handling.invoices`), as `atomic()` and the router name it: its inbox must
+        be on the database its handler writes to, or the two are not one transaction. A handler in
+        no installed app: its module's package, as Event.source() names a publisher."""
+        module = self.handler.__module__
+        if apps.apps_ready and (label := app_label(module)) is not None:
+            return label
+        parts = module.split(".")
         return parts[-2] if len(parts) > 1 else parts[0]
 
 
