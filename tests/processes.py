@@ -17,6 +17,10 @@ from tests.factories import delivery_request
 MANAGE = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
 
 
+# What makes a pytest process a part of this run: a pytest run of its own leaves them out.
+THIS_RUN = ("OUTBOX_QUEUE_PREFIX", "OUTBOX_QUEUE_PREFIX_OF", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID")
+
+
 def test_database_url() -> str:
     """The URL of pytest-django's throwaway database, for the subprocesses."""
     # DATABASE_URL as the operator wrote it (hosts, every option), pointed at the throwaway database.
@@ -55,13 +59,16 @@ def started(env: dict, *command: str, log: Path | None = None) -> subprocess.Pop
     return launched([*MANAGE, *command], env, log)
 
 
-def launched(command: list[str], env: dict, log: Path | None = None) -> subprocess.Popen:
+def launched(command: list[str], env: dict, log: Path | None = None, *, group: bool = False) -> subprocess.Popen:
     """`command` with `env`, its output to `log` (never an unread pipe: per-message INFO lines fill
-    one), or nowhere."""
+    one), or nowhere. With `group`, in a process group of its own, which os.killpg(process.pid)
+    stops whole: Dramatiq's worker processes too, which outlive their main process killed alone."""
     if log is None:
-        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=group
+        )
     with open(log, "ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=group)
 
 
 def post(url: str, token: str, body: dict, key: str, timeout: float = 30) -> tuple[int, dict, dict | str]:

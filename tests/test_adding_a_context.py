@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.processes import THIS_RUN
+
 ROOT = Path(settings.BASE_DIR)
 GUIDE = ROOT / "docs" / "adding-a-context.md"
 APP = ROOT / "tests" / "guide"
-# What makes a pytest process a part of this run; the guide's run must be one of its own.
-THIS_RUN = ("OUTBOX_QUEUE_PREFIX", "OUTBOX_QUEUE_PREFIX_OF", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID")
 
 
 def blocks() -> dict[str, str]:

@@ -5,9 +5,12 @@ API and delivered. Each database then holds its own contexts' state and their ev
 outbox, inbox and dead letters; the story of a delivery read through the API spans both, in causal
 order; and the sweep of each outbox finds every recipient's acknowledgement on the other."""
 
+import contextlib
 import http.cookiejar
 import json
+import os
 import re
+import signal
 import subprocess
 import urllib.request
 import uuid
@@ -139,7 +142,7 @@ class System:
             },
         }
         for name in names or commands:
-            self.processes[name] = launched(commands[name], self.env, log=self.logs / f"{name}.log")
+            self.processes[name] = launched(commands[name], self.env, log=self.logs / f"{name}.log", group=True)
         if "web" in (names or commands):
             wait_until(lambda: web_server_up(self.url), timeout=60, what="the web server to answer")
 
@@ -160,15 +163,16 @@ class System:
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc_info):
-        for process in self.processes.values():
-            process.kill()
+        for process in self.processes.values():  # the group: a worker process outlives its main killed alone
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
 
 
@@ -208,7 +212,9 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             wait_until(lambda: _on_server(server, dropped, [message_id]) == [(1,)], what="the replay, dropped")
             letter = "SELECT status, replays FROM outbox_deadletter WHERE id = %s"
             wait_until(lambda: _on_server(server, letter, [letter_id]) == [("processed", 1)], what="the letter closed")
-            assert LogEntry.objects.filter(object_id=str(letter_id), change_message__startswith="replayed").exists()
+            assert LogEntry.objects.filter(
+                object_id=f"{letter_id}@drones", change_message__startswith="replayed"
+            ).exists()
             with urllib.request.urlopen(f"http://127.0.0.1:{system.port}/metrics", timeout=10) as answer:
                 metrics = answer.read().decode()
             system.stop()
