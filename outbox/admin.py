@@ -23,9 +23,10 @@ from outbox.console.database_choice import InChosenDatabase, choice, in_chosen, 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
 from outbox.console.timeline import correlation_timeline
+from outbox.core.context_databases import of_model
 from outbox.core.subscriptions import actor_name, queue_name, routing_table
-from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, StreamCursor
-from outbox.relaying.heartbeats import silent, silent_since
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.relaying import heartbeats
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -44,7 +45,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         """Call an operator action's service and leave its audit record (Django's admin log: who,
         when, on what, the note) in one transaction, so neither exists without the other."""
         note = arguments.get("note", "")
-        with transaction.atomic():
+        # The row's database outermost, so that it commits last: a replay's copy (on its event's
+        # database) and the log entry (on default's) are committed before the letter says "replayed".
+        with transaction.atomic(using=of_model(self.model)), transaction.atomic():
             result = service(**arguments)
             self.log_change(request, obj, f"{action}: {note}" if note else action)
         return result
@@ -141,6 +144,7 @@ class OutboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
                 type=row["type"], published_at__isnull=True, available_at__lte=now
             ).count()
             row["age"] = now - row["oldest"] if row["oldest"] <= now else None
+        seen, unanswered = heartbeats.seen_within_a_day()
         context = {
             **self.admin_site.each_context(request),
             "title": "Messaging overview",
@@ -161,18 +165,8 @@ class OutboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
             "ordering": StreamCursor.objects.values("subscriber")
             .annotate(streams=Count("id"), gaps=Sum("gaps"), stale=Sum("stale"))
             .order_by("subscriber"),
-            "heartbeats": [
-                {
-                    "process": beat.process,
-                    "kind": beat.kind,
-                    "silent_for": silent_since(beat.last_seen),
-                    "silent": silent(beat.last_seen),
-                    "started_at": beat.started_at,
-                    "relayed": beat.relayed,
-                    "handled": beat.handled,
-                }
-                for beat in Heartbeat.objects.filter(last_seen__gte=now - timedelta(days=1)).order_by("kind", "process")
-            ],
+            "heartbeats": seen,
+            "unanswered": unanswered,
             "dead": open_letters()
             .values("subscriber", "reason", "type")
             .annotate(count=Count("id"))

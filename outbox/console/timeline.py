@@ -4,6 +4,7 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from outbox.console.database_choice import admin_id
 from outbox.core import context_schemas
 from outbox.core.context_databases import kernel_databases
 from outbox.core.subscriptions import subscribers_of
@@ -112,5 +113,6 @@ def _handling(subscriber: str, inbox: InboxMessage | None, letter: DeadLetter | 
             "at": letter.last_failed_at,
             "reason": letter.reason,
             "dead_letter_id": letter.pk,
+            "dead_letter_admin_id": admin_id(letter),  # ids are each database's own
         }
     return {"subscriber": subscriber, "outcome": "pending", "at": None, "reason": None}

@@ -52,7 +52,8 @@ class Subscription:
         """The subscriber's context: the label of the app its handler lives in, however deep its
         module (`billing.handling.invoices`), as `atomic()` and the router name it: its inbox must
         be on the database its handler writes to, or the two are not one transaction. A handler in
-        no installed app: its module's package, as Event.source() names a publisher."""
+        no installed app: the part of its module path before the last, as Event.source() reads a
+        publisher's."""
         module = self.handler.__module__
         if apps.apps_ready and (label := app_label(module)) is not None:
             return label

@@ -12,10 +12,10 @@ from datetime import timedelta
 
 import dramatiq
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from outbox.core.context_databases import connection
+from outbox.core.context_databases import connection, kernel_databases
 from outbox.core.subscriptions import envelopes_handled
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,35 @@ class WorkerHeartbeat(dramatiq.Middleware):
 
 def silent_since(last_seen) -> float:
     return (timezone.now() - last_seen).total_seconds()
+
+
+def seen_within_a_day() -> tuple[list[dict], list[str]]:
+    """Every relay and worker seen in the last day, for the messaging overview: each relay's beats
+    are in the database it serves, the workers' where they work; and the databases that did not
+    answer (a context's database away leaves the rest listed)."""
+    from outbox.models import Heartbeat
+
+    since, seen, unanswered = timezone.now() - timedelta(days=1), [], []
+    for database in kernel_databases():
+        try:
+            beats = list(Heartbeat.objects.using(database).filter(last_seen__gte=since).order_by("kind", "process"))
+        except DatabaseError:
+            unanswered.append(database)
+            continue
+        seen += [
+            {
+                "process": beat.process,
+                "database": database,
+                "kind": beat.kind,
+                "silent_for": silent_since(beat.last_seen),
+                "silent": silent(beat.last_seen),
+                "started_at": beat.started_at,
+                "relayed": beat.relayed,
+                "handled": beat.handled,
+            }
+            for beat in beats
+        ]
+    return seen, unanswered
 
 
 def alive(database: str) -> list[tuple[str, float]]:

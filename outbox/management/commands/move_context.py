@@ -3,7 +3,7 @@ import time
 from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
+from django.db import OperationalError, connections
 
 from outbox.core.context_databases import kernel_databases
 from outbox.core.context_moves import CannotMove, Moved, move_context
@@ -70,9 +70,15 @@ def refuse_beside_running_processes(databases: list[str]) -> None:
     heartbeat, in whichever database it serves. Web processes write none: the docs say to stop them."""
     running = []
     for database in dict.fromkeys(databases):
-        if Heartbeat._meta.db_table not in connections[database].introspection.table_names():
-            continue  # no tables there yet (`migrate --database` not run): nothing runs on it
-        running += [f"{process} (seen {seconds:.0f} s ago, in {database})" for process, seconds in alive(database)]
+        try:
+            if Heartbeat._meta.db_table not in connections[database].introspection.table_names():
+                continue  # no tables there yet (`migrate --database` not run): nothing runs on it
+            beats = alive(database)
+        except OperationalError as error:
+            raise CommandError(
+                f"the database {database} does not answer, so what runs there is unknown: {error}"
+            ) from error
+        running += [f"{process} (seen {seconds:.0f} s ago, in {database})" for process, seconds in beats]
     if running:
         raise CommandError(
             f"still running: {', '.join(running)}. Stop web, workers and relays first; one killed rather "
