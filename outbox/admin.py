@@ -21,7 +21,7 @@ from django.utils.timesince import timesince
 from outbox.console import choreography_map
 from outbox.console.database_choice import InChosenDatabase, choice, in_chosen, reading_chosen_database
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
-from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
+from outbox.console.dead_letter_groups import each_letter, letters_of, open_groups
 from outbox.console.timeline import correlation_timeline
 from outbox.core.context_databases import of_model
 from outbox.core.subscriptions import actor_name, queue_name, routing_table
@@ -302,18 +302,32 @@ class DeadLetterAdmin(InChosenDatabase, ReadOnlyAdmin):
             request.POST.get("note", "").strip(),
         )
         if action == "replay" and self.has_replay_permission(request):
-            act = replay_group
+            service, note = replay_dead_letter, note or "replayed with its group from the admin"
         elif action == "discard" and self.has_discard_permission(request):
-            act = discard_group
+            service = discard_dead_letter
         else:
             raise PermissionDenied
-        if action == "replay":
-            note = note or "replayed with its group from the admin"
-        try:  # a discard with no note is refused by the service, and said so here
-            done, problems = act(key=key, by=self._who(request), note=note)
+        try:
+            if not note:
+                raise CannotResolve("a discard needs a note saying why")
+            letters = letters_of(key)
         except CannotResolve as error:
             self.message_user(request, str(error), messages.WARNING)
             return
+        # Each letter with its audit entry, as the list's actions leave them (the group's services,
+        # which the command line uses, record who and why on the letters alone).
+        done, problems = each_letter(
+            letters,
+            lambda letter: self.audited(
+                request,
+                letter,
+                f"{action}ed with its group",
+                service,
+                letter_id=letter.pk,
+                by=self._who(request),
+                note=note,
+            ),
+        )
         self.message_user(request, f"{action.capitalize()}ed {done} dead letter(s) of group {key}.", messages.SUCCESS)
         for problem in problems:
             self.message_user(request, problem, messages.WARNING)

@@ -129,17 +129,18 @@ def letters_of(key: str):
 
 def replay_group(*, key: str, by: str, note: str = "") -> tuple[int, list[str]]:
     """Replay every open letter of the group; (how many, what could not be replayed and why)."""
-    return _each(letters_of(key), lambda letter: replay_dead_letter(letter_id=letter.pk, by=by, note=note))
+    return each_letter(letters_of(key), lambda letter: replay_dead_letter(letter_id=letter.pk, by=by, note=note))
 
 
 def discard_group(*, key: str, by: str, note: str) -> tuple[int, list[str]]:
     """Discard every open letter of the group, with the note the audit trail needs."""
     if not note.strip():
         raise CannotResolve("a discard needs a note saying why")
-    return _each(letters_of(key), lambda letter: discard_dead_letter(letter_id=letter.pk, by=by, note=note))
+    return each_letter(letters_of(key), lambda letter: discard_dead_letter(letter_id=letter.pk, by=by, note=note))
 
 
-def _each(letters, act) -> tuple[int, list[str]]:
+def each_letter(letters, act) -> tuple[int, list[str]]:
+    """`act` on each letter: (how many, what could not be done and why)."""
     done, problems = 0, []
     for letter in list(letters):
         try:

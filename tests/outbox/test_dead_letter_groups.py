@@ -5,6 +5,7 @@ replay or discard it whole, from the admin, `manage.py dead_letters` or a script
 import uuid
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
@@ -116,6 +117,14 @@ def test_the_admin_shows_the_groups_and_replays_or_discards_one(admin_client):
     assert f"Replayed 2 dead letter(s) of group {outage.key}." in done.content.decode()
     assert DeadLetter.objects.filter(status="replayed").count() == 2
     assert 'class="group"' in done.content.decode() and done.content.decode().count('class="group"') == 1
+    # Each letter with its entry in the admin log, as the list's actions leave them.
+    replayed = LogEntry.objects.filter(change_message__startswith="replayed with its group")
+    assert sorted(int(entry.object_id) for entry in replayed) == sorted(
+        DeadLetter.objects.filter(status="replayed").values_list("pk", flat=True)
+    )
+    [other] = open_groups()
+    admin_client.post(url, {"action": "discard", "key": other.key, "note": "a moot drone"})
+    assert LogEntry.objects.filter(change_message="discarded with its group: a moot drone").count() == 1
 
 
 def test_the_groups_are_json_for_monitoring_scripts_behind_the_metrics_access(db, settings):
