@@ -8,8 +8,8 @@ Each fixture gives one helper of `outbox.testing` with the database access it ne
 - `outbox_published`: `published()`, what was published, as envelopes;
 - `outbox_run_choreography`: `run_choreography()`, a whole flow played in the test's process;
 - `outbox_failing`: `failing()`, a subscriber's handler made to fail within a `with` block;
-- `outbox_relay_and_workers`: a relay and a Dramatiq worker running in the test's process, on the
-  project's own broker, until the test ends;
+- `outbox_relay_and_workers`: a relay for each database with an outbox and a Dramatiq worker
+  running in the test's process, on the project's own broker, until the test ends;
 - `outbox_wait_until_processed`: `wait_until_processed()`, waiting on that relay and those workers.
 
 pytest loads this module before pytest-django has configured Django, so nothing here may touch
@@ -61,13 +61,15 @@ def outbox_failing():
 
 @pytest.fixture
 def outbox_relay_and_workers(transactional_db):
-    """A relay and a Dramatiq worker (two threads) in the test's process, on the broker the project's
-    settings configure, as its own processes run in production; both stop when the test ends. The
-    tests' broker must be theirs alone: its subscribers' queues are emptied before and after, so
-    that no message of one test is handled in the next."""
+    """A relay for each database with an outbox (`default`, and each `OUTBOX_CONTEXT_DATABASES`
+    puts a context on) and a Dramatiq worker, as threads of the test's process, on the broker the
+    project's settings configure, as its own processes run in production; all stop when the test
+    ends. The tests' broker must be theirs alone: its subscribers' queues are emptied before and
+    after, so that no message of one test is handled in the next."""
     import dramatiq
-    from django.db import connection
+    from django.db import connections
 
+    from outbox.core.context_databases import kernel_databases, working_in
     from outbox.relaying.relay import Relay
 
     broker = dramatiq.get_broker()
@@ -76,19 +78,25 @@ def outbox_relay_and_workers(transactional_db):
     worker.start()
     stop = threading.Event()
 
-    def relay() -> None:
+    def relay(database: str) -> None:
         try:
-            Relay(broker=broker).run(stop=stop)
+            with working_in(database):  # its claims, wake-ups, leases and sweep: that database's
+                Relay(broker=broker).run(stop=stop)
         finally:
-            connection.close()
+            connections.close_all()  # this thread's
 
-    relaying = threading.Thread(target=relay, name="outbox-relay", daemon=True)
-    relaying.start()
+    relays = [
+        threading.Thread(target=relay, args=(database,), name=f"outbox-relay-{database}", daemon=True)
+        for database in kernel_databases()
+    ]
+    for relaying in relays:
+        relaying.start()
     try:
         yield
     finally:
         stop.set()
-        relaying.join(10)
+        for relaying in relays:
+            relaying.join(10)
         worker.stop(timeout=10_000)
         broker.flush_all()
 

@@ -17,6 +17,7 @@ from a thread of its own each OUTBOX_SWEEP_INTERVAL_SECONDS, whatever the relay 
 advisory lock per page keeps two relays from sweeping the same page at once.
 """
 
+import contextvars
 import logging
 import threading
 from dataclasses import dataclass
@@ -315,8 +316,14 @@ class Sweeper(threading.Thread):
     def __init__(self, stop: threading.Event, *, also: tuple = ()):
         super().__init__(name="outbox-sweep", daemon=True)
         self.stop, self.runs, self.also = stop, 0, also  # `also`: more periodic work, each a callable
+        # The relay's context: a relay run in a thread of its own in one database (`working_in`,
+        # as the kernel's pytest fixture runs one per database) sweeps that database's outbox.
+        self.relays_context = contextvars.copy_context()
 
     def run(self) -> None:
+        self.relays_context.run(self._sweep_until_stopped)
+
+    def _sweep_until_stopped(self) -> None:
         try:
             while not self.stop.is_set():
                 try:
@@ -329,4 +336,4 @@ class Sweeper(threading.Thread):
                     close_old_connections()
                 self.stop.wait(settings.OUTBOX_SWEEP_INTERVAL_SECONDS)
         finally:
-            connection.close()
+            connections.close_all()  # this thread's: its outbox's, and the others' it read acknowledgements on

@@ -1,8 +1,9 @@
-"""The admin's pages of the kernel's tables with `drones` on a database of its own
-(outbox/console/database_choice.py): tests/two_databases/admin_pages.py, in a pytest run of its own
-whose settings put the drones on a second database of this run's server (a run reads its settings
-once, so this one cannot). The same with web, relays and workers as processes, drones on a server
-of their own, is tests/e2e/test_context_database.py's."""
+"""The kernel in the test's process with `drones` on a database of its own: the admin's pages of
+its tables (tests/two_databases/admin_pages.py) and its pytest fixture's relays
+(tests/two_databases/relay_fixture.py), in a pytest run of their own whose settings put the drones
+on a second database of this run's server (a run reads its settings once, so this one cannot).
+The same with web, relays and workers as processes, drones on a server of their own, is
+tests/e2e/test_context_database.py's."""
 
 import os
 import subprocess
@@ -17,12 +18,12 @@ from tests.processes import THIS_RUN
 
 @pytest.mark.integration
 @pytest.mark.postgres
-def test_every_page_link_action_and_audit_entry_of_the_kernels_admin_is_of_the_database_chosen():
+def test_the_admins_pages_and_the_pytest_fixtures_relays_work_in_each_database():
     drones = database_url.url_of(database_url.parse(settings.DATABASE_URL), NAME="drones")
     environment = {name: value for name, value in os.environ.items() if name not in THIS_RUN}
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0", "-q"]
-        + ["tests/two_databases/admin_pages.py"],
+        + ["tests/two_databases/admin_pages.py", "tests/two_databases/relay_fixture.py"],
         cwd=settings.BASE_DIR,
         env={**environment, "CONTEXT_DATABASE_URLS": f"drones={drones}"},
         capture_output=True,
