@@ -1,5 +1,5 @@
 """The admin's pages of the kernel's tables with `drones` on a database of its own: run by
-tests/test_admin_two_databases.py in a pytest of its own with CONTEXT_DATABASE_URLS set (the
+tests/test_two_databases.py in a pytest of its own with CONTEXT_DATABASE_URLS set (the
 settings of a run are read once), never collected by the suite's own runs (the file's name).
 
 Each database numbers its rows itself, so a letter #N may be on both: every page, link, action and
