@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import urllib.request
 import uuid
 from urllib.parse import urlencode
@@ -25,6 +26,7 @@ from django.utils import timezone
 
 from harness.postgres_servers import PostgresServer
 from outbox.models import Heartbeat
+from outbox.relaying import heartbeats
 from tests.factories import BASE, delivery_request
 from tests.processes import MANAGE, a_free_port, launched, manage, post, web_server_up
 from tests.servers import POSTGRES_RIG
@@ -297,6 +299,34 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
             assert "looked at 0 " not in said, f"{database}: {said}"
 
 
+@contextlib.contextmanager
+def _a_worker_beating_elsewhere():
+    """A worker's heartbeat, written every beat (tests.settings: half a second) as a live worker's
+    is, until the block ends; then gone, as a worker stopped takes it with it."""
+    stop, started = threading.Event(), timezone.now()
+
+    def beat() -> None:
+        try:
+            while not stop.is_set():
+                Heartbeat.objects.update_or_create(
+                    process="worker@elsewhere:7",
+                    defaults={"kind": "worker", "started_at": started, "last_seen": timezone.now()},
+                )
+                stop.wait(heartbeats.interval())
+        finally:
+            connection.close()
+
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    wait_until(Heartbeat.objects.filter(process="worker@elsewhere:7").exists, what="the first beat")
+    try:
+        yield
+    finally:
+        stop.set()
+        beating.join(10)
+        Heartbeat.objects.filter(process="worker@elsewhere:7").delete()
+
+
 def _move_drones(env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([*MANAGE, "move_context", "drones"], env=env, capture_output=True, text=True, timeout=120)
 
@@ -335,11 +365,9 @@ def test_a_deployment_moves_drones_onto_a_server_of_their_own_with_their_data_an
         manage(two, "migrate", "--noinput", "--database", "drones")
         # A worker still running (on another host: its heartbeat is all there is of it) would write
         # to the old database after the move: it refuses, naming it.
-        now = timezone.now()
-        running = Heartbeat.objects.create(process="worker@elsewhere:7", kind="worker", started_at=now, last_seen=now)
-        refused = _move_drones(two)
+        with _a_worker_beating_elsewhere():
+            refused = _move_drones(two)
         assert refused.returncode != 0 and "still running: worker@elsewhere:7 (seen" in refused.stderr, refused
-        running.delete()
         with transaction.atomic(), connection.cursor() as cursor:  # a process still writing to the drones' tables
             cursor.execute("UPDATE drones_drone SET name = name")
             refused = _move_drones(two)
