@@ -194,7 +194,15 @@ def attempt():
         return str(error)
     finally:
         connection.close()
-print(json.dumps([attempt(), attempt()]), flush=True)
+def until_answered_at_once(most=3):
+    # A second attempt, or a third should the pool's own attempt still be in flight after the first
+    # caller's timeout (CI, 2026-12-06: seen once in some fifty runs): each waits the whole timeout
+    # until the pool has seen an attempt fail.
+    seen = []
+    while len(seen) < most and not (seen and "after 0.50 sec" in seen[-1]):
+        seen.append(attempt())
+    return seen
+print(json.dumps(until_answered_at_once()), flush=True)
 sys.stdin.readline()  # the server is reachable again
 seen = []
 while "ok" not in seen and len(seen) < 40:  # the pool retries in the background, within 5 s
@@ -202,7 +210,7 @@ while "ok" not in seen and len(seen) < 40:  # the pool retries in the background
 attempt()  # reachable: the success seen above restores the full timeout for this one
 print(json.dumps(seen + [connection.pool.timeout]), flush=True)
 sys.stdin.readline()  # unreachable again
-print(json.dumps([attempt(), attempt()]), flush=True)
+print(json.dumps(until_answered_at_once()), flush=True)
 """
 
 
@@ -221,9 +229,9 @@ def test_while_its_attempts_fail_the_pool_answers_in_half_a_second_not_its_timeo
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        first, then = json.loads(child.stdout.readline())
+        first, *then = json.loads(child.stdout.readline())
         assert "after 3.00 sec" in first  # nothing known yet: the whole timeout
-        assert "after 0.50 sec" in then  # its attempts are refused: answered at once
+        assert "after 0.50 sec" in then[-1], then  # its attempts are refused: answered at once
         proxy.up()
         child.stdin.write("\n")
         child.stdin.flush()
@@ -235,8 +243,8 @@ def test_while_its_attempts_fail_the_pool_answers_in_half_a_second_not_its_timeo
         child.stdin.flush()
         # The first caller may wait the whole timeout or not, depending on whether the pool's own
         # attempt to refill has already failed; the next one, after a failure, is answered at once.
-        _, then = json.loads(child.stdout.readline())
-        assert "after 0.50 sec" in then
+        then = json.loads(child.stdout.readline())
+        assert "after 0.50 sec" in then[-1], then
     finally:
         proxy.down()
         child.kill()
