@@ -62,7 +62,6 @@ def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
         scratch = Scratch(**{**scratch.__dict__, "database_url": urls["default"], "context_database_urls": contexts})
         for alias in admins:
             call_command("migrate", database=alias, interactive=False, verbosity=0, stdout=io.StringIO())
-        server_sessions_start_again(scratch.database)
         yield scratch
     finally:
         for alias in admins:
@@ -74,20 +73,6 @@ def scratch_run(kind: str, *, keep: bool = False) -> Iterator[Scratch]:
             if not keep and alias in made:
                 admin.execute(f'DROP DATABASE IF EXISTS "{names[alias]}" WITH (FORCE)')
             admin.close()
-
-
-def server_sessions_start_again(database: str) -> None:
-    """Behind `./dev test-pgbouncer`: PgBouncer's server sessions opened while `migrate` ran may
-    keep the search_path they began with, from before the contexts' schemas were made; closed
-    (RECONNECT), the next ones begin with the database's (docs/deployment.md says the same of
-    production)."""
-    if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
-        from harness.pgbouncer import PgBouncer
-
-        connection.close()
-        if getattr(connection, "pool", None):
-            connection.close_pool()
-        PgBouncer(port=int(port)).close_server_connections(database)
 
 
 def connection_params(alias: str = "default") -> dict:

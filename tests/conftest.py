@@ -87,14 +87,8 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's throwaway database; behind `./dev test-pgbouncer`, PgBouncer's idle server
-    connections to it are closed first, or Django could not drop it (harness/through_pgbouncer.py).
-    They are closed once it is migrated too: one opened while `migrate` ran may keep the
-    search_path it began with, from before the contexts' schemas (docs/deployment.md)."""
-    if os.environ.get("PGBOUNCER_ADMIN_PORT"):
-        from harness.scratch import server_sessions_start_again
-
-        with django_db_blocker.unblock():
-            server_sessions_start_again(connection.settings_dict["NAME"])
+    connections to it are closed at the end, or Django could not drop it (harness/through_pgbouncer.py).
+    Those PgBouncer opened while `migrate` ran, before the contexts' schemas, are migrate's own to end."""
     yield
     if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
         from harness.pgbouncer import PgBouncer

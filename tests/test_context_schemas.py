@@ -5,6 +5,7 @@ handler runs under its context's role, an API request under the deliveries conte
 from one context's code into another context's table is refused by PostgreSQL itself. The admin
 and the commands run as the project's own role. SQLite, the embedded default, is unchanged."""
 
+import os
 from uuid import uuid4
 
 import pytest
@@ -79,10 +80,13 @@ def probe_is_a_context(settings, transactional_db):
 
 def server_sessions_start_again() -> None:
     """Behind `./dev test-pgbouncer`, PgBouncer's server sessions keep the search_path they began
-    with: closed (RECONNECT), the next ones begin with the database's new one (docs/deployment.md)."""
-    from harness.scratch import server_sessions_start_again as restart
+    with: closed (RECONNECT), the next ones begin with the database's new one. (`migrate` ends them
+    itself; this fixture adds a context without it.)"""
+    if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
+        from harness.pgbouncer import PgBouncer
 
-    restart(connection.settings_dict["NAME"])
+        connection.close()
+        PgBouncer(port=int(port)).close_server_connections(connection.settings_dict["NAME"])
 
 
 @pytest.mark.postgres

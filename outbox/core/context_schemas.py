@@ -31,6 +31,7 @@ each transaction only (`SET LOCAL ROLE`): a handler's by dispatch, a request's b
 as each of its transactions begins (a statement outside one becomes one).
 """
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -305,7 +306,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
         for table, schema in misplaced:
             cursor.execute(f"ALTER TABLE {quote(schema)}.{quote(table)} SET SCHEMA {quote(home[table])}")
             done.append(f"moved {schema}.{table} into {home[table]}")
-        superuser = _set_search_path(cursor, conn)
+        superuser, _ = _set_search_path(cursor, conn)
         for label, role in zip(settings.OUTBOX_CONTEXTS, roles, strict=True):
             _create_role(cursor, role, superuser=superuser)
             for schema in (label, settings.OUTBOX_SCHEMA):
@@ -317,32 +318,82 @@ def own_schemas(*, using: str = "default") -> list[str]:
     return done
 
 
-def _set_search_path(cursor, conn) -> bool:
+def _set_search_path(cursor, conn) -> tuple[bool, bool]:
     """The database's search_path, for every later session (psql, a raw psycopg connection, a
     pooler's server sessions), if this role may set it; and this session's, at once. Through a
     pooler this server session keeps it for whichever client is next: the search_path every
-    client of this database has, or will have. Whether this role is a superuser."""
+    client of this database has, or will have. Whether this role is a superuser, and whether the
+    database's search_path changed."""
     cursor.execute(
-        "SELECT rolsuper, pg_get_userbyid(datdba) = current_user FROM pg_roles, pg_database "
-        "WHERE rolname = current_user AND datname = current_database()"
+        "SELECT rolsuper, pg_get_userbyid(datdba) = current_user, "
+        "(SELECT setconfig FROM pg_db_role_setting WHERE setdatabase = d.oid AND setrole = 0) "
+        "FROM pg_roles, pg_database d WHERE rolname = current_user AND datname = current_database()"
     )
-    superuser, owns_database = cursor.fetchone()
+    superuser, owns_database, before = cursor.fetchone()
+    changed = False
     if superuser or owns_database:
         cursor.execute(
             f"ALTER DATABASE {conn.ops.quote_name(conn.settings_dict['NAME'])} SET search_path TO {search_path()}"
         )
+        cursor.execute(
+            "SELECT setconfig FROM pg_db_role_setting WHERE setrole = 0 "
+            "AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        changed = cursor.fetchone()[0] != before
     cursor.execute(f"SET search_path TO {search_path()}")
-    return superuser
+    return superuser, changed
 
 
-def before_migrate(sender, using="default", **kwargs) -> None:
-    """pre_migrate: the database's search_path set before any table is made, so that a pooler's
-    server sessions opened from here on find the tables wherever migrate and own_schemas put them
-    (one opened before keeps the search_path it began with: docs/deployment.md)."""
+def before_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) -> None:
+    """pre_migrate: the database's search_path set before any table is made, so that every session
+    opened from here on finds the tables wherever migrate and own_schemas put them; through a
+    pooler, its server sessions opened before are ended, so that none hands a client the old one."""
     conn = connections[using]
-    if enabled(conn):
-        with transaction.atomic(using=using), conn.cursor() as cursor:
-            _set_search_path(cursor, conn)
+    if not enabled(conn):
+        return
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        _, changed = _set_search_path(cursor, conn)
+    if changed and settings.OUTBOX_TRANSACTION_POOLER:
+        said = end_sessions_begun_before_the_path(using=using)
+        if verbosity and stdout is not None and said:
+            stdout.write(f"  {said}\n")
+
+
+def end_sessions_begun_before_the_path(*, using: str = "default", wait_seconds: float = 10.0) -> str:
+    """End this database's sessions of this role that began before its search_path was set: a
+    session keeps the search_path it began with, and a pooler in transaction mode hands a server
+    session to any client, which would then not find the contexts' tables. Each is ended when idle
+    (between two transactions of its client; the pooler opens a new one in its place), waiting up
+    to `wait_seconds` for those in use. What it did, in a line."""
+    conn = connections[using]
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        [set_at] = cursor.fetchone()
+        ended, deadline = 0, time.monotonic() + wait_seconds
+        while True:
+            with transaction.atomic(using=using):
+                cursor.execute(_END_IDLE_SESSIONS_BEGUN_BEFORE, [set_at])
+                done, busy = cursor.fetchone()
+            ended += done
+            if not busy or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    if busy:
+        return (
+            f"ended {ended} sessions that began before the search_path was set; {busy} still in use: "
+            "have the pooler reconnect (PgBouncer: RECONNECT on its console)"
+        )
+    return f"ended {ended} sessions that began before the search_path was set" if ended else ""
+
+
+# Sessions of this role (the one logged in as) on this database, begun before the path was set, other
+# than this one: the idle ones ended, the others counted (a client's transaction in progress).
+_END_IDLE_SESSIONS_BEGUN_BEFORE = (
+    "SELECT count(*) FILTER (WHERE CASE WHEN state = 'idle' THEN pg_terminate_backend(pid) ELSE false END), "
+    "count(*) FILTER (WHERE state IS DISTINCT FROM 'idle') "
+    "FROM pg_stat_activity WHERE datname = current_database() AND usename = session_user "
+    "AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND backend_start < %s"
+)
 
 
 def after_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) -> None:
