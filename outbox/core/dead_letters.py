@@ -68,7 +68,7 @@ def record_dead_letter(
         "reason": str(reason),
         "exception_type": exception_type,
         "error": str(error) if error else "",
-        "fingerprint": error_fingerprint(exception_type, str(error) if error else ""),
+        "fingerprint": error_fingerprint(exception_type, str(error) if error else "", error),
         "traceback": "".join(tb.format_exception(error)) if error else "",
         "last_failed_at": now,
         "status": DeadLetter.Status.OPEN,
