@@ -14,7 +14,9 @@ from django.urls import reverse
 from outbox.console.dead_letter_groups import open_groups
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.fingerprints import error_fingerprint, shape
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
+from tests.factories import envelope
 from tests.outbox.test_packs import envelopes
 
 pytestmark = pytest.mark.integration
@@ -36,10 +38,8 @@ def test_what_varies_from_message_to_message_is_taken_out_of_the_fingerprint():
 
 def letters(count: int, error: Exception, *, subscriber: str = "probe_b") -> list[dict]:
     sent = envelopes(count)
-    for n, envelope in enumerate(sent):
-        record_dead_letter(
-            subscriber=subscriber, body=envelope, reason="handler_error", error=type(error)(f"{error} #{n}")
-        )
+    for n, body in enumerate(sent):
+        record_dead_letter(subscriber=subscriber, body=body, reason="handler_error", error=type(error)(f"{error} #{n}"))
     return sent
 
 
@@ -54,6 +54,33 @@ def test_open_letters_of_one_cause_make_one_group_the_largest_first(db):
     assert big.first_failed_at <= big.last_failed_at and big.failed_again_after_replay == 0
     assert small.letters == 1 and small.key != big.key
     assert DeadLetter.objects.get(message_id=other[0]["message_id"]).fingerprint == small.fingerprint
+
+
+def test_payloads_refused_for_one_cause_make_one_group_whatever_values_they_held(db):
+    """Pydantic's message quotes each refused value: were it the fingerprint, each value would be a
+    group of its own. Two envelopes unreadable the same way, and two payloads, are a group each."""
+    for n in ("abc", "a dozen"):
+        dispatch(subscriber="probe_a", body=envelope(payload={"n": n}))
+    for message_id in ("not-a-uuid", "12"):
+        dispatch(subscriber="probe_a", body=envelope(message_id=message_id))
+    dispatch(subscriber="probe_a", body=envelope(payload={}))  # another cause: n is missing
+
+    groups = {(g.reason, g.letters) for g in open_groups()}
+    assert groups == {("invalid_payload", 2), ("invalid_envelope", 2), ("invalid_payload", 1)}, groups
+
+
+def test_the_groups_of_one_subscriber_reason_or_event_type_are_that_ones_only(db, capsys):
+    letters(2, GatewayDown("gateway down"), subscriber="probe_a")
+    letters(1, GatewayDown("gateway down"), subscriber="probe_b")
+    record_dead_letter(subscriber="probe_b", body=envelope(type="probe.echoed"), reason="expired")
+
+    assert [(g.subscriber, g.letters) for g in open_groups(subscriber="probe_a")] == [("probe_a", 2)]
+    assert [(g.subscriber, g.reason) for g in open_groups(reason="expired")] == [("probe_b", "expired")]
+    assert [g.event_type for g in open_groups(event_type="probe.echoed")] == ["probe.echoed"]
+
+    call_command("dead_letters", "list", "--groups", "--subscriber", "probe_b")
+    listed = capsys.readouterr().out.splitlines()[1:]
+    assert sorted(row.split()[2] for row in listed) == ["probe_b", "probe_b"], listed
 
 
 def test_a_group_is_replayed_whole_once_and_says_so_when_it_fails_again(db, capsys):
