@@ -84,8 +84,9 @@ def subscribe(
     (see `outbox.handling.ordering`). A handler with `outside_effects` does something the database
     cannot take back (sends an e-mail, calls a gateway): its envelopes are never handled in a pack's
     shared transaction, each is committed before the next starts, so no neighbour's failure can
-    roll its work back and have its effect happen again (see `outbox.handling.packs`); an `ordered`
-    handler's envelopes are committed alone too.
+    roll its work back and have its effect happen again (see `outbox.handling.packs`). An `ordered`
+    handler's envelopes share the pack's transaction, their streams held from its start; only a
+    subscriber with limits (OUTBOX_SUBSCRIBER_LIMITS) has them committed alone.
     """
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
