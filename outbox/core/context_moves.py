@@ -10,9 +10,12 @@ database's relay sends it on: the context's handlers now run on the new database
 
 Three steps, each safe to run again: copy (one transaction on the new database, all of it or
 nothing, with the check: a row already there, by its key, is left as it is), check (every row of
-the old database is on the new), delete from the old database; the old database's tables held
-against writers throughout. Stop the processes first (web, workers, relays): a writer caught in the
-middle of a write makes it stop, not wait. docs/deployment.md has the whole procedure.
+the old database is on the new: the context's own with every field the same), delete from the old
+database; the old database's tables held against writers throughout. Rows are matched as values,
+a NULL matching a NULL (a waiting delivery's assignment has no drone, an unreadable message's dead
+letter no message id) and JSON as it reads. Stop the processes first (web, workers, relays): a
+writer caught in the middle of a write makes it stop, not wait. docs/deployment.md has the whole
+procedure.
 """
 
 from collections.abc import Callable, Iterable, Iterator
@@ -59,7 +62,8 @@ def move_context(
         (OutboxMessage, models.Q(source=published_as(label)), ("message_id", "target_subscriber")),
         (InboxMessage, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
         (StreamCursor, models.Q(subscriber__in=theirs), ("subscriber", "stream")),
-        (DeadLetter, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
+        # An unreadable message's letter has no message id: when it first failed tells it from another.
+        (DeadLetter, models.Q(subscriber__in=theirs), ("subscriber", "message_id", "first_failed_at")),
     ]
     moved = {model._meta.db_table: Moved(model._meta.db_table) for model in [*own, *(k[0] for k in kernel), Stream]}
 
@@ -67,8 +71,8 @@ def move_context(
         if on_table is not None:
             on_table(moved[model._meta.db_table])
 
-    def copy(model, where: models.Q, *, keep_keys: bool) -> None:
-        moved[model._meta.db_table].copied = _copy(model, where, source, target, batch_size, keep_keys=keep_keys)
+    def copy(model, where: models.Q, key: tuple[str, ...], *, keep_keys: bool) -> None:
+        moved[model._meta.db_table].copied = _copy(model, where, key, source, target, batch_size, keep_keys=keep_keys)
         done(model)
 
     # The old database's tables are held against writers (readers go on) from the first row read
@@ -80,16 +84,16 @@ def move_context(
         with transaction.atomic(using=target):
             _hold(target, tables)  # nor on the new one: a row written there meanwhile could take a copied key
             for model in own:
-                copy(model, models.Q(), keep_keys=True)
-            for model, where, _ in kernel:
-                copy(model, where, keep_keys=False)
+                copy(model, models.Q(), _primary_key(model), keep_keys=True)
+            for model, where, key in kernel:
+                copy(model, where, key, keep_keys=False)
             moved[Stream._meta.db_table].copied = _carry_streams(source, target, batch_size)
             done(Stream)
             _restart_sequences(own, target)
             for model in own:  # every field: a row of that key written there otherwise is not this one
-                _check(model, models.Q(), _fields(model), source, target, batch_size)
+                _check(model, models.Q(), _primary_key(model), _fields(model), source, target, batch_size)
             for model, where, key in kernel:
-                _check(model, where, key, source, target, batch_size)
+                _check(model, where, key, (), source, target, batch_size)
         # Committed on the new database; should the old one's commit fail, a second run finds every
         # row there already and deletes them.
         for model, where, _ in kernel:
@@ -99,8 +103,13 @@ def move_context(
     return list(moved.values())
 
 
+def _primary_key(model) -> tuple[str, ...]:
+    return (model._meta.pk.attname,)
+
+
 def _fields(model) -> tuple[str, ...]:
-    return tuple(field.attname for field in model._meta.concrete_fields)
+    """Every field but the primary key."""
+    return tuple(field.attname for field in model._meta.concrete_fields if not field.primary_key)
 
 
 def _hold(source: str, tables: list) -> None:
@@ -145,17 +154,24 @@ def _rows(model, where: models.Q, database: str, batch_size: int) -> Iterable[li
         yield batch
 
 
-def _copy(model, where: models.Q, source: str, target: str, batch_size: int, *, keep_keys: bool) -> int:
+def _copy(
+    model, where: models.Q, key: tuple[str, ...], source: str, target: str, batch_size: int, *, keep_keys: bool
+) -> int:
     """Rows of `source` onto `target`, in key order (the kernel's ids, new on the target, keep the
-    order they had: an outbox's id order is its causal order); one there already is left as it is."""
+    order they had: an outbox's id order is its causal order); one there already, by `key`, is left
+    as it is. Looked for, not left to a conflict: a key with a NULL conflicts with nothing, and a
+    second run would copy a letter of no message id again. Returns how many were copied."""
     copied = 0
     with _times_as_they_were(model):
         for batch in _rows(model, where, source, batch_size):
+            missing = _not_there(model, batch, key, (), target)
             if not keep_keys:
-                for row in batch:
+                for row in missing:
                     row.pk = None
-            model.objects.using(target).bulk_create(batch, ignore_conflicts=True)
-            copied += len(batch)
+            # A row that takes another's unique value (a drone's name, a stream's number) is not
+            # copied either: the check finds it missing.
+            model.objects.using(target).bulk_create(missing, ignore_conflicts=True)
+            copied += len(missing)
     return copied
 
 
@@ -205,16 +221,45 @@ def _restart_sequences(own: list, target: str) -> None:
                 cursor.execute(sql)
 
 
-def _check(model, where: models.Q, key: tuple[str, ...], source: str, target: str, batch_size: int) -> None:
-    """Every row of `source` is on `target`, by `key` (its fields): else nothing is deleted."""
+def _check(
+    model,
+    where: models.Q,
+    key: tuple[str, ...],
+    compared: tuple[str, ...],
+    source: str,
+    target: str,
+    batch_size: int,
+) -> None:
+    """Every row of `source` is on `target`, by `key` (its fields), with its `compared` fields the
+    same: else nothing is deleted."""
     for batch in _rows(model, where, source, batch_size):
-        wanted = {tuple(getattr(row, name) for name in key) for row in batch}
-        # Each field of the key among the batch's values: the target's rows of this batch, not all of a subscriber's.
-        among = {f"{name}__in": {k[i] for k in wanted} for i, name in enumerate(key[:2])}
-        there = set(model.objects.using(target).filter(**among).values_list(*key))
-        missing = wanted - there
+        missing = _not_there(model, batch, key, compared, target)
         if missing:
+            one = ", ".join(f"{name}={getattr(missing[0], name)}" for name in key)
             raise CannotMove(
-                f"{len(missing)} rows of {model._meta.db_table} are not on the new database "
-                f"(one: {sorted(missing)[0]}): nothing was deleted"
+                f"{len(missing)} rows of {model._meta.db_table} are not on the new database, or not as they "
+                f"are on the old (one: {one}): nothing was deleted"
             )
+
+
+def _not_there(model, rows: list, key: tuple[str, ...], compared: tuple[str, ...], target: str) -> list:
+    """Those of `rows` `target` has no row of by `key`, a NULL matching a NULL, or has one of whose
+    `compared` fields differ. The target's rows read are those of the batch's values only, each
+    key field's among the batch's (NULL among them if one is), not all of a subscriber's."""
+    among = models.Q()
+    for name in key:
+        values = {getattr(row, name) for row in rows}
+        matching = models.Q(**{f"{name}__in": values - {None}})
+        if None in values:
+            matching |= models.Q(**{f"{name}__isnull": True})
+        among &= matching
+    there = {
+        found[: len(key)]: found[len(key) :]
+        for found in model.objects.using(target).filter(among).values_list(*key, *compared)
+    }
+    # Compared by equality, never hashed: a field may hold JSON (a dict, a list).
+    return [row for row in rows if there.get(_values(row, key)) != _values(row, compared)]
+
+
+def _values(row, names: tuple[str, ...]) -> tuple:
+    return tuple(getattr(row, name) for name in names)
