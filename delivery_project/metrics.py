@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from deliveries.models import Delivery
 from delivery_project.monitoring import monitoring_only
-from outbox.console.dead_letter_groups import open_groups
+from outbox.console.dead_letter_groups import open_groups_everywhere
 from outbox.core.context_databases import kernel_databases, working_in
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.observability.metrics import counters
@@ -114,5 +114,7 @@ def metrics(request) -> HttpResponse:
 @monitoring_only
 def dead_letter_groups(request) -> JsonResponse:
     """The open dead letters in groups of one cause, read-only, for monitoring scripts: behind the
-    access `/metrics` has. What the console's "Dead letters in groups" page shows, as JSON."""
-    return JsonResponse({"groups": [group.as_json() for group in open_groups()]})
+    access `/metrics` has. What the console's "Dead letters in groups" page shows, as JSON, of every
+    database with the kernel's tables, and the databases that did not answer."""
+    groups, unanswered = open_groups_everywhere()
+    return JsonResponse({"groups": [group.as_json() for group in groups], "unanswered": unanswered})

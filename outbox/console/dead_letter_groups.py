@@ -8,21 +8,26 @@ note, and a letter replayed is no longer open, so a second replay of the group f
 send twice. A group that reappears after its replay says so: letters that were replayed and failed
 again (the cause is not fixed), and letters that failed for the first time after the group's last
 replay (they joined while the replay was under way, or since: the replay did not cover them).
+Each database with the kernel's tables has its own letters, hence its own groups: `open_groups()`
+reads the one the kernel works in, `open_groups_everywhere()` every one (what pages someone).
 """
 
 import hashlib
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from django.db import DatabaseError
 from django.db.models import Count, Max, Min, Q
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.core.context_databases import kernel_databases, working_in
 from outbox.models import DeadLetter
 
 
 @dataclass(frozen=True)
 class Group:
     key: str  # ten hex digits naming (subscriber, event type, reason, fingerprint): a group's id
+    database: str  # the one its letters are on: its subscriber's context's
     subscriber: str
     event_type: str
     reason: str
@@ -79,6 +84,7 @@ def open_groups(*, subscriber: str = "", reason: str = "", event_type: str = "")
         groups.append(
             Group(
                 key=group_key(*key),
+                database=letters.db,
                 subscriber=row["subscriber"],
                 event_type=row["type"],
                 reason=row["reason"],
@@ -95,6 +101,19 @@ def open_groups(*, subscriber: str = "", reason: str = "", event_type: str = "")
             )
         )
     return groups
+
+
+def open_groups_everywhere(**filters) -> tuple[list[Group], list[str]]:
+    """Every kernel database's groups, the largest first, and the databases that did not answer:
+    one away leaves the others' groups listed, rather than none."""
+    groups, unanswered = [], []
+    for database in kernel_databases():
+        try:
+            with working_in(database):
+                groups += open_groups(**filters)
+        except DatabaseError:
+            unanswered.append(database)
+    return sorted(groups, key=lambda group: (group.letters, group.last_failed_at), reverse=True), unanswered
 
 
 def _last_replays() -> dict[tuple, datetime]:

@@ -163,6 +163,7 @@ def test_the_groups_are_json_for_monitoring_scripts_behind_the_metrics_access(db
     assert answer.status_code == 200
     [group] = answer.json()["groups"]
     assert (group["letters"], group["subscriber"], group["event_type"]) == (2, "probe_b", "probe.pinged")
+    assert (group["database"], answer.json()["unanswered"]) == ("default", [])  # every database is answered for
     assert group["key"] == open_groups()[0].key and group["last_failed_at"].startswith("20")
 
 
