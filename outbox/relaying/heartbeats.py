@@ -1,5 +1,10 @@
 """Relays and workers write a heartbeat (outbox.models.Heartbeat) every OUTBOX_HEARTBEAT_SECONDS, so the
-messaging overview shows which are alive, when each was last seen and what it has done."""
+messaging overview shows which are alive, when each was last seen and what it has done.
+
+A beat is stamped, and judged, on the clock of the database it is written to: the processes' hosts'
+clocks may be off from one another's and from the reader's, and a worker whose clock is behind would
+look dead while it runs (`move_context` would then move a context from under it). SQLite, the
+embedded default, is one host: its clock is the one."""
 
 import contextlib
 import logging
@@ -8,11 +13,12 @@ import signal
 import socket
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import dramatiq
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from outbox.core.context_databases import connection, kernel_databases
@@ -30,9 +36,9 @@ def interval() -> float:
     return settings.OUTBOX_HEARTBEAT_SECONDS
 
 
-def silent(last_seen) -> bool:
-    """Not seen for three beats: dead, paused, or cut off from the database."""
-    return silent_since(last_seen) > 3 * interval()
+def silent(last_seen: datetime, now: datetime) -> bool:
+    """Not seen for three beats by `now` (the database's): dead, paused, or cut off from the database."""
+    return silent_since(last_seen, now) > 3 * interval()
 
 
 def process_name(kind: str) -> str:
@@ -57,7 +63,7 @@ def beat(*, process: str, kind: str, started_at, relayed: int = 0, handled: int 
         defaults={
             "kind": kind,
             "started_at": started_at,
-            "last_seen": timezone.now(),
+            "last_seen": Now() if connection.vendor == "postgresql" else timezone.now(),
             "relayed": relayed,
             "handled": handled,
         },
@@ -137,8 +143,17 @@ class WorkerHeartbeat(dramatiq.Middleware):
             connection.close()
 
 
-def silent_since(last_seen) -> float:
-    return (timezone.now() - last_seen).total_seconds()
+def silent_since(last_seen: datetime, now: datetime) -> float:
+    return (now - last_seen).total_seconds()
+
+
+def now_on(database: str) -> datetime:
+    """The time on `database`'s clock, which its heartbeats are stamped with."""
+    if connections[database].vendor != "postgresql":
+        return timezone.now()
+    with connections[database].cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
 
 
 def seen_within_a_day() -> tuple[list[dict], list[str]]:
@@ -147,10 +162,12 @@ def seen_within_a_day() -> tuple[list[dict], list[str]]:
     answer (a context's database away leaves the rest listed)."""
     from outbox.models import Heartbeat
 
-    since, seen, unanswered = timezone.now() - timedelta(days=1), [], []
+    seen, unanswered = [], []
     for database in kernel_databases():
         try:
-            beats = list(Heartbeat.objects.using(database).filter(last_seen__gte=since).order_by("kind", "process"))
+            now = now_on(database)
+            beats = Heartbeat.objects.using(database).filter(last_seen__gte=now - timedelta(days=1))
+            beats = list(beats.order_by("kind", "process"))
         except DatabaseError:
             unanswered.append(database)
             continue
@@ -159,8 +176,8 @@ def seen_within_a_day() -> tuple[list[dict], list[str]]:
                 "process": beat.process,
                 "database": database,
                 "kind": beat.kind,
-                "silent_for": silent_since(beat.last_seen),
-                "silent": silent(beat.last_seen),
+                "silent_for": silent_since(beat.last_seen, now),
+                "silent": silent(beat.last_seen, now),
                 "started_at": beat.started_at,
                 "relayed": beat.relayed,
                 "handled": beat.handled,
@@ -175,6 +192,6 @@ def alive(database: str) -> list[tuple[str, float]]:
     since it was last seen (`move_context` refuses to run beside them)."""
     from outbox.models import Heartbeat
 
-    since = timezone.now() - timedelta(seconds=3 * interval())
-    beats = Heartbeat.objects.using(database).filter(last_seen__gte=since).order_by("process")
-    return [(beat.process, silent_since(beat.last_seen)) for beat in beats]
+    now = now_on(database)
+    beats = Heartbeat.objects.using(database).filter(last_seen__gte=now - timedelta(seconds=3 * interval()))
+    return [(beat.process, silent_since(beat.last_seen, now)) for beat in beats.order_by("process")]

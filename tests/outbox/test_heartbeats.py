@@ -4,11 +4,15 @@ did; the messaging overview shows them, and a silent one stands out."""
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError
 from django.utils import timezone
 
 from drones.services import seed_fleet
+from outbox.management.commands.move_context import refuse_beside_running_processes
 from outbox.models import Heartbeat
+from outbox.relaying.heartbeats import alive, beat, seen_within_a_day
 from tests.factories import BASE, Customer
+from tests.outbox.test_relay_clock import a_clock_off_by
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -78,3 +82,34 @@ def test_a_worker_heartbeat_gives_its_connection_back_between_beats(transactiona
     beating.join(10)
 
     assert not beating.is_alive() and stop.holding is False
+
+
+def a_beat_from_a_host_whose_clock_is_off_by(monkeypatch, seconds: float, *, process: str) -> None:
+    a_clock_off_by(monkeypatch, seconds)
+    beat(process=process, kind="worker", started_at=timezone.now())
+    monkeypatch.undo()  # the reader's host: a right clock
+
+
+@pytest.mark.postgres
+def test_a_worker_whose_clock_is_a_minute_behind_is_running_to_move_context_and_the_overview(db, monkeypatch):
+    """Its beat is stamped on the database's clock: just written, it is recent, wherever the
+    worker's host's clock is. A minute behind (120 beats), it would read as silent while it runs,
+    and the move would go on beside it."""
+    a_beat_from_a_host_whose_clock_is_off_by(monkeypatch, -60, process="worker@behind:7")
+
+    with pytest.raises(CommandError, match=r"still running: worker@behind:7 \(seen \d+ s ago, in default\)"):
+        refuse_beside_running_processes(["default"])
+    [seen] = [s for s in seen_within_a_day()[0] if s["process"] == "worker@behind:7"]
+    assert seen["silent"] is False
+
+
+@pytest.mark.postgres
+def test_a_worker_whose_clock_is_a_minute_ahead_is_taken_for_gone_three_beats_after_its_last(db, monkeypatch):
+    """Stamped with its host's time, its last beat would keep it alive a minute after it stopped."""
+    a_beat_from_a_host_whose_clock_is_off_by(monkeypatch, 60, process="worker@ahead:7")
+    assert [process for process, _ in alive("default")] == ["worker@ahead:7"]
+
+    wait_until(lambda: not alive("default"), timeout=15, what="the stopped worker's heartbeat to go silent")
+    refuse_beside_running_processes(["default"])
+    [seen] = [s for s in seen_within_a_day()[0] if s["process"] == "worker@ahead:7"]
+    assert seen["silent"] is True
