@@ -12,7 +12,8 @@ one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in o
 can roll it back and have its effect happen again. The shared transaction has no savepoint an
 envelope (Django's cost more CPU than a transaction of their own): should a handler fail, what the
 pass did is rolled back and the envelopes handled again, that handler not run again but its error
-taken where it would have gone alone; outcomes are counted and logged once committed. An ordered
+taken where it would have gone alone; outcomes are counted and logged once committed, and so is
+what the kernel says of each envelope on the way (its letter, its retry: `log_context`). An ordered
 handler's stream cursors are taken after the inbox rows (the order a message alone takes them in),
 every stream of the pack at once in stream order, and a pass is rolled back to a savepoint taken
 once they are held (Django's `atomic`, so what the pass asked to run on commit goes with it): two
@@ -48,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import dramatiq
@@ -69,6 +71,7 @@ from outbox.core.subscriptions import (
     queue_name,
     subscription,
 )
+from outbox.handling import log_context
 from outbox.handling.dispatch import (
     FailedInSharedTransaction,
     WorkRolledBack,
@@ -162,6 +165,7 @@ def _handle_together(
                     unpacked.subscriber, {p: unpacked.bodies[p] for p in range(start, run.end) if p not in run.failed}
                 )
                 run.receipts = receive_together(unpacked.subscriber, run.sure)
+                _look_for_letters_of_failed_copies(run, unpacked.bodies)
                 held = _hold_streams(unpacked.subscriber, run.sure)
                 while True:
                     try:
@@ -247,6 +251,16 @@ def _hold_streams(subscriber: str, sure: dict[int, Envelope]) -> bool:
     return bool(streams)
 
 
+def _look_for_letters_of_failed_copies(run: _Run, bodies: list[Any]) -> None:
+    """A later copy of a message whose earlier copy in the run failed: that copy's letter, if it has
+    one, is written in the pass, after these rows were, which could not see it. The copy looks for
+    it once processed and closes it, as a copy come alone after the letter would (`first_receipt`)."""
+    failed = {str(bodies[p].get("message_id")) for p in run.failed}  # each an envelope: it reached its handler
+    for position, (first, dead_lettered) in run.receipts.items():
+        if first and not dead_lettered and str(run.sure[position].message_id) in failed:
+            run.receipts[position] = (True, True)
+
+
 def _failed_since(run: _Run) -> set[int]:
     """The positions whose rows, written before the first pass, are not to be kept: an envelope whose
     handler failed since, and any later copy of its message in the pack, which then writes its own
@@ -298,27 +312,32 @@ class _Unpacked:
         receipt: tuple[bool, bool] | None = None,
     ) -> None:
         """Dispatch one envelope with the time limit to itself; one that fails is owed a retry alone,
-        enqueued once what the pack did is committed. FailedInSharedTransaction goes to the caller."""
+        enqueued once what the pack did is committed. FailedInSharedTransaction goes to the caller.
+        What the kernel logs of it (its letter, its retry) is said with its outcome, once committed."""
         alone = _alone(self.subscriber, self.bodies[position], self.pack)
         token = CurrentMessage._MESSAGE.set(alone)  # what dispatch reads: this envelope's attempts and age
         if self.limit is not None:
             self.limit.manager.remove_timeout(threading.get_ident())
             self.limit.manager.add_timeout(threading.get_ident(), self.limit_ms)
+        lines: list[logging.LogRecord] = []
+        at = len(reports)  # said before the outcome dispatch reports, as they would be alone
         try:
-            dispatch_for_outcome(
-                subscriber=self.subscriber,
-                body=self.bodies[position],
-                reports=reports,
-                shared=shared,
-                failed=failed,
-                receipt=receipt,
-            )
+            with log_context.holding_back(lines):
+                dispatch_for_outcome(
+                    subscriber=self.subscriber,
+                    body=self.bodies[position],
+                    reports=reports,
+                    shared=shared,
+                    failed=failed,
+                    receipt=receipt,
+                )
         except FailedInSharedTransaction:
             raise
         except (Exception, TimeLimitExceeded) as error:
             owed.append((alone, error))
         finally:
             CurrentMessage._MESSAGE.reset(token)
+            reports.insert(at, partial(log_context.say, lines))
 
 
 def _retry_each_alone(broker: dramatiq.Broker, subscriber: str, owed: Owed) -> BaseException | None:

@@ -7,6 +7,7 @@ Which transaction a handler ran in is PostgreSQL's to say: the probe's handler, 
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
@@ -28,7 +29,7 @@ from tests.outbox.test_packs import envelopes
 from tests.probe import handlers as probe
 from tests.probe.handlers import Pinged
 from tests.probe.models import Effect, Ping
-from tests.probe.services import current_transaction, lose_the_connection, send
+from tests.probe.services import current_transaction, lose_the_connection, record_effect, send
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -171,6 +172,79 @@ def test_a_replayed_letter_of_an_envelope_processed_in_a_pack_is_closed(transact
 
     assert DeadLetter.objects.get().status == DeadLetter.Status.PROCESSED
     assert Effect.objects.count() == 2
+
+
+@pytest.fixture
+def failing_first():
+    """probe_a's handler of probe.flaky, which fails the first time it runs for a message and takes
+    effect the next: how many times it ran, by message id."""
+    runs: Counter[str] = Counter()
+
+    def handle(message) -> None:
+        envelope = message.envelope
+        runs[str(envelope.message_id)] += 1
+        if runs[str(envelope.message_id)] == 1:
+            raise probe.Misbehaving("probe.flaky fails its first run")
+        record_effect(subscriber="probe_a", message_id=envelope.message_id, type=envelope.type, n=message.payload.n)
+
+    subscribe("probe_a", "probe.flaky", reader=Pinged)(handle)
+    yield runs
+    subscriptions._subscriptions["probe_a"].pop("probe.flaky", None)
+
+
+def flaky(n: int) -> dict:
+    return an_envelope("probe.flaky", {"n": n}).model_dump(mode="json")
+
+
+def test_a_letter_of_a_messages_first_copy_in_a_pack_is_closed_once_its_second_copy_is_processed(
+    transactional_db, broker, failing_first, settings
+):
+    """The first copy fails with no retries left and is dead-lettered; the second is processed in the
+    same pass, as a copy come alone after the letter would be, and closes it. Its inbox row, written
+    before the pass that wrote the letter, said it had none, and the letter stayed open: one to act
+    on for a message processed."""
+    settings.OUTBOX_MAX_RETRIES = 0
+    twice, other = flaky(1), envelopes(1)[0]
+
+    dispatch_pack(subscriber="probe_a", bodies=[twice, other, twice], broker=broker)
+
+    letter = DeadLetter.objects.get()
+    assert (str(letter.message_id), letter.status) == (twice["message_id"], DeadLetter.Status.PROCESSED)
+    assert failing_first[twice["message_id"]] == 2
+    assert Effect.objects.filter(message_id=twice["message_id"]).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("retries", "said"),
+    [
+        (5, lambda record: "will retry" in record.getMessage()),
+        (0, lambda record: record.getMessage().startswith("dead-lettered") and record.exc_info),
+    ],
+    ids=["a retry's line", "a letter's traceback"],
+)
+def test_what_a_rolled_back_pass_decided_is_logged_once_by_the_pass_that_commits(
+    transactional_db, broker, caplog, settings, retries, said
+):
+    """The first envelope fails, and the pass done again without its handler takes its error's path
+    (its retry, or its letter) until the third fails too: that pass is rolled back and done once more.
+    What the first's path logged in the rolled-back pass was logged again by the next: two lines of
+    "attempt 1" for one retry, two tracebacks for one letter."""
+    settings.OUTBOX_MAX_RETRIES = retries
+    caplog.set_level(logging.DEBUG)
+    first, neighbour, third = (
+        envelopes(1, fail={"probe_a": "always"})[0],
+        envelopes(1)[0],
+        envelopes(1, fail={"probe_a": "always"})[0],
+    )
+
+    dispatch_pack(subscriber="probe_a", bodies=[first, neighbour, third], broker=broker)
+
+    records = [r for r in caplog.records if r.name.startswith("outbox.") and said(r)]
+    assert [sum(e["message_id"] in r.getMessage() for r in records) for e in (first, third)] == [1, 1]
+    assert len(records) == 2
+    # Said after the handling, each still names its message for structured logs (log_context).
+    assert {getattr(r, "message_id", None) for r in records} == {first["message_id"], third["message_id"]}
+    assert Effect.objects.filter(message_id=neighbour["message_id"]).count() == 1
 
 
 @pytest.mark.postgres
