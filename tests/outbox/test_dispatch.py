@@ -2,7 +2,11 @@
 
 import pytest
 from django.conf import settings
+from dramatiq import Retry
+from dramatiq.middleware import CurrentMessage
 
+from outbox.core.subscriptions import actor_name, message_to
+from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from tests.factories import envelope
 from tests.probe.models import Effect, Ping
@@ -130,3 +134,22 @@ def test_a_choreography_hand_over_fails_on_a_dead_letter_it_was_not_told_to_expe
         Choreography().hand_over(row)
     Choreography().hand_over(row, only="probe_a")
     Choreography().hand_over(row, dead_letter_expected=True)
+
+
+def test_a_late_retry_waits_no_longer_than_the_max_backoff(transactional_db, broker, settings):
+    """The backoff doubles with each retry up to OUTBOX_MAX_BACKOFF_MS, the actor's max_backoff:
+    uncapped, a sixteenth retry waits min_backoff x 2**15 (with the defaults, nine hours and more)."""
+    settings.OUTBOX_MAX_RETRIES = 20
+    body = envelope(payload={"n": 1, "fail": {"probe_a": "always"}})
+    late = message_to("probe_a", body)
+    late.options["retries"] = 15
+    max_backoff = broker.get_actor(actor_name("probe_a")).options["max_backoff"]
+
+    token = CurrentMessage._MESSAGE.set(late)  # as a worker's thread has it
+    try:
+        with pytest.raises(Retry) as retry:
+            dispatch(subscriber="probe_a", body=body)
+    finally:
+        CurrentMessage._MESSAGE.reset(token)
+
+    assert max_backoff // 2 <= retry.value.delay <= max_backoff  # jittered within the cap, as Dramatiq's own
