@@ -67,9 +67,9 @@ def record_dead_letter(
     details = {
         "reason": str(reason),
         "exception_type": exception_type,
-        "error": str(error) if error else "",
+        "error": storable(str(error)) if error else "",
         "fingerprint": error_fingerprint(exception_type, str(error) if error else "", error),
-        "traceback": "".join(tb.format_exception(error)) if error else "",
+        "traceback": storable("".join(tb.format_exception(error))) if error else "",
         "last_failed_at": now,
         "status": DeadLetter.Status.OPEN,
     }
@@ -112,6 +112,19 @@ def record_dead_letter(
         exc_info=error if error is not None and error.__traceback__ is not None else None,
     )
     return letter
+
+
+def storable(value: Any) -> Any:
+    """`value` as a letter can hold it: PostgreSQL's text and jsonb refuse NUL, which is replaced
+    (U+FFFD, as in a letter of a binary message the broker set aside) so the letter keeps the rest.
+    Dispatch's letters keep their message so; the letter's error and traceback are kept so always."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(item) for item in value]
+    return value
 
 
 def _uuid_or_none(value: Any):

@@ -42,6 +42,7 @@ from outbox.core.dead_letters import (
     close_stale_replay,
     record_dead_letter,
     resolve_processed,
+    storable,
 )
 from outbox.core.envelope import Envelope
 from outbox.core.publishing import handling
@@ -191,7 +192,7 @@ def _dispatch(
     try:
         envelope = Envelope.model_validate(body)
     except ValidationError as error:
-        record_dead_letter(subscriber=subscriber, body=body, reason=Reason.INVALID_ENVELOPE, error=error)
+        record_dead_letter(subscriber=subscriber, body=storable(body), reason=Reason.INVALID_ENVELOPE, error=error)
         return "dead_lettered"
 
     with log_context.about(subscriber, envelope):
@@ -249,7 +250,7 @@ def _dispatch_envelope(
             # Should this raise, Dramatiq retries the message: its actor allows the extra attempts.
             record_dead_letter(
                 subscriber=subscriber,
-                body=body,
+                body=storable(body),
                 reason=Reason.COMPENSATION_FAILED if sub.compensation else Reason.HANDLER_ERROR,
                 error=error,
                 attempts=retries + 1,
@@ -277,6 +278,7 @@ COMPENSATED = (Reason.INVALID_PAYLOAD, Reason.UNPROCESSABLE)
 def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error: BaseException) -> None:
     """Dead-letter a message that can never succeed, at once; for a payload the subscriber can
     never process, run its compensations (`when_unprocessable`) in the same transaction."""
+    body = storable(body)  # what its letter cannot hold (a NUL) replaced: the letter keeps the rest
     hook = unprocessable_hook(subscriber) if reason in COMPENSATED else None
     if hook is None:
         record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)

@@ -469,6 +469,49 @@ def test_a_stream_no_cursor_can_be_made_for_fails_its_envelope_alone_not_the_pac
 
 
 @pytest.mark.postgres
+def test_an_envelope_whose_stream_holds_a_nul_fails_alone_and_its_letter_keeps_what_it_can(
+    transactional_db, broker, ordered_probe
+):
+    """PostgreSQL's text and jsonb refuse a NUL: no cursor can be made for such a stream, so the pack
+    holds its other streams and the envelope fails in its own turn, unprocessable. Its letter keeps
+    the envelope with each NUL replaced (U+FFFD), as a letter of .XQ does. Held with the others, the
+    hold's DataError failed the whole pack; kept as it was, the letter could not be written
+    ("unsupported Unicode escape sequence") and the envelope was retried for nothing."""
+    dispatch_pack(subscriber="probe_a", bodies=[ordered("S", 1), ordered("X\x00Y", 1)], broker=broker)
+
+    assert cursor_of("S") == (1, 0, 0)
+    letter = DeadLetter.objects.get()
+    assert (letter.reason, letter.envelope["stream"], letter.status) == ("unprocessable", "X\ufffdY", "open")
+    assert "NUL" in letter.error
+
+
+@pytest.mark.postgres
+def test_a_pack_holds_a_stream_whose_cursor_exists_already_so_an_event_come_alone_waits_for_it(
+    transactional_db, broker, ordered_probe
+):
+    """S's cursor is at #1. The pack [U#1, S#2] holds S before U#1's handler runs, and S#3, come alone
+    meanwhile, waits for the pack: S#2 is applied, then S#3. Were an existing cursor left unlocked by
+    the hold (a new one's insert locks it anyway), S#3 went first and S#2 was dropped as stale."""
+    StreamCursor.objects.create(subscriber="probe_a", stream="S", last_sequence=1)
+    failures: list[BaseException] = []
+    pack = in_another_thread(
+        ordered_probe,
+        lambda: dispatch_pack(subscriber="probe_a", bodies=[ordered("U", 1, n=0), ordered("S", 2)], broker=broker),
+        failures,
+    )
+    wait_until(ordered_probe.began.is_set, what="U#1's handler in the pack")
+    ordered_probe.other_pid.clear()
+    s3 = ordered("S", 3, n=1)
+    alone = in_another_thread(ordered_probe, lambda: dispatch(subscriber="probe_a", body=s3), failures)
+    pack.join(30)
+    alone.join(30)
+
+    assert failures == []
+    assert ordered_probe.seen == [("U", 1), ("S", 2), ("S", 3)]
+    assert cursor_of("S") == (3, 0, 0)
+
+
+@pytest.mark.postgres
 def test_a_pass_that_loses_its_session_is_handled_again_in_a_new_transaction_that_holds_the_streams_again(
     transactional_db, broker, ordered_probe, settings
 ):
