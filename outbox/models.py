@@ -211,3 +211,14 @@ class Heartbeat(models.Model):
 
     def __str__(self):
         return self.process
+
+
+class Lock(models.Model):
+    """A row for each of the kernel's jobs that runs in one place at a time (`sweep`: a page of the
+    redelivery sweep), taken FOR UPDATE SKIP LOCKED: a context's role has no privilege on this
+    table, so it cannot hold a job back, as it could hold any advisory lock."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+
+    def __str__(self):
+        return self.name

@@ -12,9 +12,10 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
-from django.db import ProgrammingError, connection, transaction
+from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from deliveries.events import DeliveryCompleted
 from drones.events import DroneGrounded
@@ -23,9 +24,10 @@ from outbox.core import context_schemas
 from outbox.core.context_rows import own_rows
 from outbox.core.context_schemas import own_schemas, role_of, search_path
 from outbox.core.dead_letters import record_dead_letter
-from outbox.core.publishing import publish
-from outbox.core.subscriptions import message_to
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.core.publishing import outbox_row, publish
+from outbox.core.subscriptions import message_to, subscribers, subscribers_of
+from outbox.models import DeadLetter, Heartbeat, InboxMessage, Lock, OutboxMessage, Stream
+from outbox.relaying.sweep import _TAKE_THE_SWEEP, _only_sweeper
 from tests.factories import Customer, envelope, requested
 from tests.probe import handlers as probe
 from tests.probe.models import Effect
@@ -302,3 +304,109 @@ def test_a_listed_context_that_is_no_app_and_handlers_outside_every_context_are_
 
     settings.OUTBOX_CONTEXTS = []  # one schema, one role: nothing to say
     assert contexts_are_apps_and_own_their_handlers() == []
+
+
+def _as_role(context: str, sql: str, params=()) -> str | None:
+    """Run `sql` as `context`'s role in a transaction of its own: None if PostgreSQL let it, else its refusal."""
+    try:
+        with context_schemas.acting_as(context), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+    except DatabaseError as error:
+        return str(error).splitlines()[0]
+    return None
+
+
+@pytest.mark.postgres
+def test_a_contexts_role_reaches_no_further_than_its_rows_into_the_kernels_counters_heartbeats_and_locks(
+    transactional_db,
+):
+    """Under its own role (a handler, the API) a context could rewind or delete another's stream
+    counter, setval() the outbox's shared id sequence, age or delete the heartbeats move_context
+    trusts, or hold the sweep back: each is refused, and what the role is for still works."""
+    with transaction.atomic():
+        publish(DeliveryCompleted(delivery_id=uuid4(), drone_id=uuid4()), stream="delivery:counted")
+    now = timezone.now()
+    Heartbeat.objects.create(process="worker@elsewhere:7", kind="worker", started_at=now, last_seen=now)
+    lock = f'"{Lock._meta.db_table}"'
+    attempts = {
+        "a stream rewound": "UPDATE outbox_stream SET last_sequence = 0 WHERE name = 'delivery:counted'",
+        "a stream renamed": "UPDATE outbox_stream SET name = 'drone:taken' WHERE name = 'delivery:counted'",
+        "a stream deleted": "DELETE FROM outbox_stream WHERE name = 'delivery:counted'",
+        "the outbox's ids set back": "SELECT setval(pg_get_serial_sequence('outbox_outboxmessage', 'id'), 1)",
+        "a heartbeat aged": "UPDATE outbox_heartbeat SET last_seen = now() - interval '1 day'",
+        "a heartbeat deleted": "DELETE FROM outbox_heartbeat",
+        "the sweep's lock held": f"SELECT FROM {lock} WHERE name = 'sweep' FOR UPDATE",
+        "a lock made": f"INSERT INTO {lock} (name) VALUES ('sweep')",
+    }
+    refused = {what: _as_role("drones", sql) for what, sql in attempts.items()}
+    assert [what for what, refusal in refused.items() if refusal is None] == [], refused
+    assert "never goes back" in refused["a stream rewound"] and "permission denied" in refused["a stream deleted"]
+    assert (Stream.objects.get(name="delivery:counted").last_sequence, Heartbeat.objects.count()) == (1, 1)
+
+    with context_schemas.acting_as("drones"), transaction.atomic():  # what the role is for
+        publish(DroneGrounded(drone_id=uuid4()), stream="delivery:counted")  # numbered on, in another's stream too
+    assert Stream.objects.get(name="delivery:counted").last_sequence == 2
+
+
+@pytest.mark.postgres
+def test_the_sweep_is_held_back_by_no_advisory_lock_a_context_could_take(transactional_db):
+    """An advisory lock is anyone's to take: the sweep's lock is a row no context's role may lock."""
+    Lock.objects.get_or_create(name="sweep")  # as migrate leaves it (the test database is emptied between tests)
+    holder = connections.create_connection("default")
+    try:
+        with holder.cursor() as cursor:  # a context's code, holding what the sweep once took
+            cursor.execute("SELECT pg_advisory_lock(hashtext('outbox.sweep'))")
+        with transaction.atomic():
+            assert _only_sweeper()
+            other = connections.create_connection("default")
+            try:
+                with other.cursor() as cursor:  # a second relay meanwhile: this page is the first's
+                    cursor.execute("BEGIN")
+                    cursor.execute(_TAKE_THE_SWEEP.format(table=f'"{Lock._meta.db_table}"'))
+                    assert cursor.fetchone()[0] is False
+                    cursor.execute("ROLLBACK")
+            finally:
+                other.close()
+    finally:
+        holder.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["as deployed", "per transaction"])
+def test_a_context_writes_to_the_outbox_only_its_own_types_of_event_to_their_subscribers(
+    transactional_db, settings, per_transaction
+):
+    """Row-level security bound `source` alone, which nothing downstream reads: a context could
+    write another context's event, under its own name, to that event's subscribers, and it was
+    relayed and handled as the other's. A context may publish its own types, each to the
+    subscribers of that type, and nothing else."""
+    settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
+    theirs = DeliveryCompleted(delivery_id=uuid4(), drone_id=uuid4())
+    own = DroneGrounded(drone_id=uuid4())
+    not_subscribed = next(s for s in subscribers() if s not in subscribers_of(own.type))
+
+    def forged(event, **changes) -> OutboxMessage:
+        row = outbox_row(event, stream=f"drone:forged-{uuid4()}", correlation_id=uuid4(), now=timezone.now())
+        for field, value in {"source": "drones", "sequence": 1, **changes}.items():
+            setattr(row, field, value)
+        return row
+
+    attempts = {
+        "another context's event": forged(theirs),
+        "its own event to one who does not subscribe to it": forged(own, recipients=[not_subscribed]),
+        "its own event as a copy for one subscriber": forged(own, target_subscriber=not_subscribed),
+        "its own event to recipients that are no list": forged(own, recipients=not_subscribed),
+    }
+    refused = {}
+    for what, row in attempts.items():
+        try:
+            with context_schemas.acting_as("drones"), transaction.atomic():
+                row.save(force_insert=True)
+            refused[what] = None
+        except ProgrammingError as error:
+            refused[what] = str(error)
+    assert [what for what, refusal in refused.items() if refusal is None] == []
+    assert all("row-level security" in refusal for refusal in refused.values()), refused
+    with context_schemas.acting_as("drones"), transaction.atomic():
+        forged(own).save(force_insert=True)  # its own, to its subscribers: as publish() writes
+    assert set(OutboxMessage.objects.values_list("type", flat=True)) == {own.type}

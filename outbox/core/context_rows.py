@@ -6,21 +6,28 @@ database a context is on), so that a context's state and its events stay in one 
 database several contexts share, each context's role (outbox.core.context_schemas) may read and
 write only its own rows of them:
 
-- `outbox_outboxmessage`: the events it published (`source`, the app that declares them);
+- `outbox_outboxmessage`: the events it published (`source`, the app that declares them); and it
+  may write only events of the types it declares, each to the subscribers of that type (so that
+  no event of another context's is relayed and handled as if that context had published it);
 - `outbox_inboxmessage`, `outbox_deadletter`, `outbox_streamcursor`: its subscribers' rows.
 
 So to the role of `invoices` the outbox holds the invoices' events and nothing else: a query for the
-orders' events finds none, and an event written under another context's name is refused
-("new row violates row-level security policy"). `outbox_stream` (a stream's last number) and
-`outbox_heartbeat` have no owner and no policy. The project's role owns the tables and is not
-bound by their policies: the relay, the sweep, the admin and the console read every context's rows,
-as the story of a correlation id is (`correlation_timeline` reads it as the operator, wherever it
-is called from: a story shown through one context's API is every context's events).
+orders' events finds none, and an event written under another context's name, or of another
+context's type, is refused ("new row violates row-level security policy"). What a role may do
+with each table at all is context_schemas' `KERNEL_PRIVILEGES`. The project's role owns the
+tables and is not bound by their policies: the relay, the sweep, the admin and the console read
+every context's rows, as the story of a correlation id is (`correlation_timeline` reads it as the
+operator, wherever it is called from: a story shown through one context's API is every context's
+events).
 
-One policy for each context role and table, named after the role, its condition kept as its
-comment: `after_migrate` compares those with what the subscriptions now say (a subscriber added
-to a context since) in one catalog query, and writes them again only when they differ.
+One policy for each context role and table, named after the role, its conditions kept as its
+comment: `after_migrate` compares those with what the contracts and subscriptions now say (a
+subscriber added since) in one catalog query, and writes them again only when they differ. A
+release that takes a subscriber off an event refuses that event from the processes of the release
+before it once its `migrate` has run: docs/deployment.md says when to run it.
 """
+
+import json
 
 from django.apps import apps
 from django.conf import settings
@@ -40,9 +47,11 @@ def published_as(label: str) -> str:
 
 
 def policies() -> dict[tuple[str, str], str]:
-    """(kernel table, context role) -> the condition the role's rows meet."""
+    """(kernel table, context role) -> the policy's conditions: the rows the role may see (USING),
+    and on the outbox the rows it may write (WITH CHECK)."""
     from outbox.core.context_schemas import role_of
-    from outbox.core.subscriptions import context_of, subscribers
+    from outbox.core.contracts import contracts
+    from outbox.core.subscriptions import context_of, subscribers, subscribers_of
 
     wanted = {}
     for label in settings.OUTBOX_CONTEXTS:
@@ -50,9 +59,18 @@ def policies() -> dict[tuple[str, str], str]:
         source = published_as(label)
         theirs = sorted(s for s in subscribers() if context_of(s) == label)
         names = f"ARRAY[{', '.join(_literal(s) for s in theirs)}]::text[]" if theirs else "'{}'::text[]"
-        wanted[(OutboxMessage._meta.db_table, role)] = f"source = {_literal(source)}"
+        types = sorted({event.type for event in contracts().values() if event.source() == source})
+        # Each of its types to that type's subscribers, in one CASE: another type is NULL, refused.
+        to_whom = " ".join(f"WHEN {_literal(t)} THEN {_literal(json.dumps(subscribers_of(t)))}::jsonb" for t in types)
+        writes = (
+            f"source = {_literal(source)} AND target_subscriber = '' AND jsonb_typeof(recipients) = 'array' "
+            f"AND recipients <@ CASE type {to_whom} END"
+            if types
+            else "false"
+        )
+        wanted[(OutboxMessage._meta.db_table, role)] = f"USING (source = {_literal(source)}) WITH CHECK ({writes})"
         for model in (InboxMessage, DeadLetter, StreamCursor):
-            wanted[(model._meta.db_table, role)] = f"subscriber = ANY ({names})"
+            wanted[(model._meta.db_table, role)] = f"USING (subscriber = ANY ({names}))"
     return wanted
 
 
@@ -84,7 +102,7 @@ def own_rows(*, using: str = "default") -> list[str]:
                 if of_table != table or have.get((table, role)) == condition:
                     continue
                 cursor.execute(f"DROP POLICY IF EXISTS {quote(role)} ON {on}")
-                cursor.execute(f"CREATE POLICY {quote(role)} ON {on} TO {quote(role)} USING ({condition})")
+                cursor.execute(f"CREATE POLICY {quote(role)} ON {on} TO {quote(role)} {condition}")
                 cursor.execute(f"COMMENT ON POLICY {quote(role)} ON {on} IS {_literal(condition)}")
                 done.append(f"{role} may use only its own rows of {table}: {condition}")
     return done

@@ -44,6 +44,7 @@ from django.db.backends.signals import connection_created
 from psycopg.pq import TransactionStatus
 
 from outbox.core import context_databases
+from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
 
 OPERATOR = None  # the role the project connects as: the owner of every schema
 _UNKNOWN = object()  # a session whose role is being set
@@ -286,6 +287,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
     owners = {label: label for label in settings.OUTBOX_CONTEXTS} | {"outbox": settings.OUTBOX_SCHEMA}
     home = {table: schema for label, schema in owners.items() for table in tables_of(apps.get_app_config(label))}
     roles = [role_of(label) for label in settings.OUTBOX_CONTEXTS]
+    kernel = settings.OUTBOX_SCHEMA
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -294,7 +296,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
         )
         misplaced = [(table, schema) for table, schema in cursor.fetchall() if home[table] != schema]
         cursor.execute("SELECT count(*) FROM pg_roles WHERE rolname = ANY(%s)", [roles])
-        if not misplaced and cursor.fetchone()[0] == len(roles):
+        if not misplaced and cursor.fetchone()[0] == len(roles) and _kernel_grants_in_place(cursor, roles):
             return []
         done = []
         for schema in owners.values():
@@ -309,13 +311,54 @@ def own_schemas(*, using: str = "default") -> list[str]:
         superuser, _ = _set_search_path(cursor, conn)
         for label, role in zip(settings.OUTBOX_CONTEXTS, roles, strict=True):
             _create_role(cursor, role, superuser=superuser)
-            for schema in (label, settings.OUTBOX_SCHEMA):
-                on, to = quote(schema), quote(role)
-                cursor.execute(f"GRANT USAGE ON SCHEMA {on} TO {to}")
-                cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {on} TO {to}")
-                cursor.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {on} TO {to}")
-            done.append(f"granted {role} its schema {label} and the kernel's {settings.OUTBOX_SCHEMA}")
+            own, to = quote(label), quote(role)
+            for schema in (own, quote(kernel)):
+                cursor.execute(f"GRANT USAGE ON SCHEMA {schema} TO {to}")
+            cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {own} TO {to}")
+            cursor.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {own} TO {to}")
+            cursor.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {quote(kernel)} FROM {to}")
+            cursor.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {quote(kernel)} FROM {to}")
+            for model, privileges in KERNEL_PRIVILEGES.items():
+                table = f"{quote(kernel)}.{quote(model._meta.db_table)}"
+                cursor.execute(f"GRANT {', '.join(privileges)} ON {table} TO {to}")
+            cursor.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {quote(kernel)} TO {to}")
+            done.append(f"granted {role} its schema {label} and its part of the kernel's {kernel}")
     return done
+
+
+# What a context's role may do with each of the kernel's tables: what the kernel does there for its
+# code, on its own rows (outbox.core.context_rows). Heartbeats and the kernel's locks are the
+# operator's alone, and of the kernel's sequences a role may only take the next number (USAGE:
+# nextval, never setval).
+KERNEL_PRIVILEGES = {
+    OutboxMessage: ("SELECT", "INSERT", "DELETE"),  # publish(), withdraw_scheduled(): never a relayed row's state
+    Stream: ("SELECT", "INSERT", "UPDATE"),  # numbering its events: a trigger refuses a number going back
+    InboxMessage: ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    StreamCursor: ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    DeadLetter: ("SELECT", "INSERT", "UPDATE", "DELETE"),
+}
+
+
+def _kernel_grants_in_place(cursor, roles: list[str]) -> bool:
+    """Whether the context roles hold on the kernel's tables and sequences what KERNEL_PRIVILEGES
+    says, and nothing more: one catalog query."""
+    cursor.execute(
+        "SELECT c.relname, c.relkind, r.rolname, a.privilege_type FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "LEFT JOIN LATERAL aclexplode(c.relacl) a ON true LEFT JOIN pg_roles r ON r.oid = a.grantee "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'S')",
+        [settings.OUTBOX_SCHEMA],
+    )
+    found = cursor.fetchall()
+    granted = {(table, role, privilege) for table, _, role, privilege in found if role in roles}
+    sequences = {table for table, kind, _, _ in found if kind == "S"}
+    wanted = {
+        (model._meta.db_table, role, privilege)
+        for model, privileges in KERNEL_PRIVILEGES.items()
+        for privilege in privileges
+        for role in roles
+    } | {(sequence, role, "USAGE") for sequence in sequences for role in roles}
+    return granted == wanted
 
 
 def _set_search_path(cursor, conn) -> tuple[bool, bool]:

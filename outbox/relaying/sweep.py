@@ -14,7 +14,7 @@ transaction, until it has caught up with what is past its grace: its capacity is
 (tens of thousands of rows a second), not one page per interval, so the unsettled backlog stays
 at about the grace period's worth of events however fast the system relays. Every relay runs it
 from a thread of its own each OUTBOX_SWEEP_INTERVAL_SECONDS, whatever the relay is doing; an
-advisory lock per page keeps two relays from sweeping the same page at once.
+lock per page (a row of outbox.models.Lock) keeps two relays from sweeping the same page at once.
 """
 
 import contextvars
@@ -32,7 +32,7 @@ from django.utils import timezone
 from outbox.core.context_databases import connection, current, of_subscriber, routed, working_in
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import subscribers, subscribers_of
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.models import DeadLetter, InboxMessage, Lock, OutboxMessage
 from outbox.observability.metrics import SWEPT
 
 logger = logging.getLogger(__name__)
@@ -171,11 +171,19 @@ def lag_seconds(*, grace: float | None = None) -> float:
 
 
 def _only_sweeper() -> bool:
+    """Whether this transaction holds the sweep's lock (a row of outbox.models.Lock, which no
+    context's role may lock; made again if it is missing, as after a flush)."""
     if connection.vendor != "postgresql":
         return True  # SQLite serialises writers
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext('outbox.sweep'))")
+        cursor.execute(_TAKE_THE_SWEEP.format(table=connection.ops.quote_name(Lock._meta.db_table)))
         return cursor.fetchone()[0]
+
+
+_TAKE_THE_SWEEP = (
+    "WITH made AS (INSERT INTO {table} (name) VALUES ('sweep') ON CONFLICT (name) DO NOTHING RETURNING name) "
+    "SELECT EXISTS (SELECT FROM made) OR EXISTS (SELECT FROM {table} WHERE name = 'sweep' FOR UPDATE SKIP LOCKED)"
+)
 
 
 def _recipients(row: OutboxMessage) -> list[str]:
