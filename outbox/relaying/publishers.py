@@ -18,6 +18,9 @@ event's id, so a lookup by id loses a copy's return once a sibling copy was acke
 a copy's `basic.return` before that copy's ack, and processes a channel's publishes in order, so
 a return belongs to the earliest unconfirmed copy with its message id and queue. Keys are the
 relay's (row, claim): copies of an older claim of the same row never count for a newer one.
+A refused key is handed back once every copy of it is confirmed, not at its first return or nack:
+a sibling's ack can come later (a busy broker's queue confirms after its channel returned the
+unroutable copy), and the relay sends again to every queue it is not told took one.
 Delivery tags belong to one channel; when it closes, every copy unconfirmed on it is lost.
 """
 
@@ -108,7 +111,7 @@ class PipelinedPublisher:
     def _forget(self) -> None:
         self._pending: dict[int, _Copy] = {}  # delivery tag -> the copy sent under it
         self._tags_of: dict[tuple[str, str], deque[int]] = {}  # (message id, queue) -> unconfirmed tags, in order
-        self._copies_left: dict[Hashable, int] = {}  # key -> copies not yet acked
+        self._copies_left: dict[Hashable, int] = {}  # key -> copies not yet confirmed (acked or nacked)
         self._acked: dict[Hashable, set[str]] = {}  # key -> queues whose copy was acked
         self._unroutable: dict[Hashable, set[str]] = {}  # key -> queues whose copy came back
         self._refused: set[Hashable] = set()
@@ -171,8 +174,9 @@ class PipelinedPublisher:
 
     def collect(self, *, wait: float = 0.0) -> Outcome:
         """Keys resolved so far, after waiting up to `wait` seconds for more confirms: those whose
-        every copy was acked, those refused, and, once the connection is lost, the error (every
-        key still outstanding is then forgotten: its row is to be sent again)."""
+        every copy was acked, those refused whose every copy is confirmed (with the queues that took
+        one), and, once the connection is lost, the error (every key still outstanding is then
+        forgotten, a refused one handed back as it stands: its row is to be sent again)."""
         if self._error is None and self._pending:
             try:
                 self._process(time_limit=wait)
@@ -180,8 +184,12 @@ class PipelinedPublisher:
                     raise TimeoutError(f"no confirm for {CONFIRM_TIMEOUT_SECONDS} s, {len(self._pending)} missing")
             except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
                 self._lost(error)
-        outcome = Outcome(refused=self._refused & self._copies_left.keys(), error=self._error)
-        outcome.confirmed = {k for k, left in self._copies_left.items() if left <= 0} - outcome.refused
+        resolved = {k for k, left in self._copies_left.items() if left <= 0}
+        # A refused key waits for the confirms of its other copies, so that the queues it names as
+        # reached are every one the broker took a copy for; once the connection is lost, none will come.
+        refused = self._refused & (self._copies_left.keys() if self._error is not None else resolved)
+        outcome = Outcome(refused=refused, error=self._error)
+        outcome.confirmed = resolved - self._refused
         for key in outcome.confirmed | outcome.refused:
             del self._copies_left[key]
             acked, unroutable = self._acked.pop(key, set()), self._unroutable.pop(key, set())
@@ -273,8 +281,8 @@ class PipelinedPublisher:
             for key in copy.keys:
                 if key not in self._copies_left:
                     continue
+                self._copies_left[key] -= 1
                 if acked and not copy.returned:
-                    self._copies_left[key] -= 1
                     self._acked.setdefault(key, set()).add(copy.queue)
                 else:
                     self._refused.add(key)  # a nack, or the ack of a copy that came back unrouted
