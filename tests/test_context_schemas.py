@@ -25,7 +25,7 @@ from outbox.core.context_rows import own_rows
 from outbox.core.context_schemas import own_schemas, role_of, search_path
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.publishing import outbox_row, publish
-from outbox.core.subscriptions import message_to, subscribers, subscribers_of
+from outbox.core.subscriptions import message_to, pack_of, subscribers, subscribers_of
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, Lock, OutboxMessage, Stream
 from outbox.relaying.sweep import _TAKE_THE_SWEEP, _only_sweeper
 from tests.factories import Customer, envelope, requested
@@ -110,6 +110,24 @@ def test_a_handler_runs_under_its_contexts_role_and_postgresql_refuses_it_anothe
     assert 'relation "drones_drone" does not exist' in letter.error  # to the probe's role, no such schema
     assert not InboxMessage.objects.filter(message_id=across["message_id"]).exists()
     Drone.objects.count()  # the table is there: the operator (this test) reads it
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["as deployed", "per transaction"])
+@pytest.mark.parametrize("packed", [False, True], ids=["alone", "in a pack"])
+def test_what_a_handler_asks_to_run_on_commit_runs_under_its_contexts_role_through_a_pooler_too(
+    probe_is_a_context, worker, broker, settings, per_transaction, packed
+):
+    """On a direct connection the session keeps the context's role after the handler's transaction
+    commits; through a pooler SET LOCAL ends with it, and an on_commit callback ran as the owner."""
+    settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
+    told = [envelope(payload={"n": n, "fail": {"probe_a": "tell_role_on_commit"}}) for n in (1, 2)]
+    copies = [message_to("probe_a", body) for body in told]
+    for message in [pack_of(copies)] if packed else copies:
+        broker.enqueue(message)
+    wait_until(lambda: len(Effect.objects.filter(n__in=[1, 2])) == 2, what="the probe's handlers to take effect")
+    wait_until(lambda: all(body["message_id"] in probe.role_on_commit_of for body in told), what="the callbacks")
+    assert {probe.role_on_commit_of[body["message_id"]] for body in told} == {role_of("probe")}
 
 
 @pytest.mark.postgres

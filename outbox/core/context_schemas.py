@@ -33,7 +33,7 @@ as each of its transactions begins (a statement outside one becomes one).
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from contextvars import ContextVar
 
 from django.apps import apps
@@ -193,6 +193,16 @@ def acting_as(context: str | None) -> Iterator[None]:
         if not conn.needs_rollback and not _aborted(conn):
             with conn.cursor() as cursor:
                 _set_role(cursor, current, local=True)
+
+
+def each_transaction_acting_as(context: str | None):
+    """Through a pooler, `acting_as(context)`: each transaction the block begins, and each statement
+    outside one (an on_commit callback's, after the handler's transaction), runs as `context`, as
+    all of them do on a direct connection, where `enter` set the session's role. On a direct
+    connection nothing: its session keeps the role for the thread's next message."""
+    if settings.OUTBOX_TRANSACTION_POOLER and enabled(connections["default"]):
+        return acting_as(context)
+    return nullcontext()
 
 
 def _per_transaction(execute, sql, params, many, context):

@@ -130,7 +130,9 @@ def dispatch_for_outcome(
     context = context_of(subscriber)
     role_before = context_schemas.enter(context)
     try:
-        with working_in(database_of(context)):  # its inbox, cursors and dead letters are beside its tables
+        # Its inbox, cursors and dead letters are beside its tables; through a pooler each transaction
+        # is given the role, and what the handler asked to run on commit too.
+        with working_in(database_of(context)), context_schemas.each_transaction_acting_as(context):
             outcome = _dispatch(subscriber, body, shared, failed, receipt)
         return outcome
     finally:

@@ -119,7 +119,9 @@ def _dispatch_pack(subscriber: str, bodies: list[Any], broker: dramatiq.Broker) 
             )
             break
         if together and unpacked.share and unpacked.may_share(position):
-            position, owed, reports = _handle_together(unpacked, position, out_of_time)
+            # Through a pooler the shared transaction, and what it asked to run on commit, under the role.
+            with context_schemas.each_transaction_acting_as(context_of(subscriber)):
+                position, owed, reports = _handle_together(unpacked, position, out_of_time)
         else:  # in a transaction of its own, committed before the next envelope starts
             owed, reports = [], []
             unpacked.handle(position, owed, reports)

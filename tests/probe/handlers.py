@@ -2,7 +2,7 @@ import threading
 from collections import Counter
 from uuid import UUID
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from dramatiq.middleware import CurrentMessage
 
 from outbox.core.contracts import Reader
@@ -44,8 +44,10 @@ runs: Counter[str] = Counter()
 # The transaction (PostgreSQL's top-level id, whatever savepoint it ran in) each message's handler
 # ran in, for the pings told to "tell_transaction".
 transaction_of: dict[str, str] = {}
-# The role each message's handler ran under, for the pings told to "tell_role".
+# The role each message's handler ran under, for the pings told to "tell_role"; and what it asked
+# to run once its transaction committed, for those told to "tell_role_on_commit".
 role_of: dict[str, str] = {}
+role_on_commit_of: dict[str, str] = {}
 # The pings whose handler ended its own session, once each.
 _lost_once: set[UUID] = set()
 
@@ -95,6 +97,9 @@ def a_on_pinged(message: Received[Pinged]) -> None:
         transaction_of[str(message.envelope.message_id)] = current_transaction()
     if mode == "tell_role":
         role_of[str(message.envelope.message_id)] = current_role()
+    if mode == "tell_role_on_commit":
+        told = str(message.envelope.message_id)
+        transaction.on_commit(lambda: role_on_commit_of.__setitem__(told, current_role()))
     if mode == "reach_across":
         read_another_contexts_table()
     _misbehave("probe_a", message.payload.fail.get("probe_a"))
