@@ -13,21 +13,22 @@ from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from deliveries.events import DeliveryCompleted
 from drones.events import DroneGrounded
 from drones.models import Drone
-from outbox.core import context_schemas
+from outbox.core import context_rows, context_schemas
 from outbox.core.context_rows import own_rows
 from outbox.core.context_schemas import own_schemas, role_of, search_path
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.publishing import outbox_row, publish
 from outbox.core.subscriptions import message_to, pack_of, subscribers, subscribers_of
-from outbox.models import DeadLetter, Heartbeat, InboxMessage, Lock, OutboxMessage, Stream
+from outbox.models import DeadLetter, Heartbeat, InboxMessage, Lock, OutboxMessage, Stream, StreamCursor
 from outbox.relaying.sweep import _TAKE_THE_SWEEP, _only_sweeper
+from outbox.testing import deliver
 from tests.factories import Customer, envelope, requested
 from tests.probe import handlers as probe
 from tests.probe.models import Effect
@@ -297,11 +298,13 @@ def test_to_a_contexts_role_the_kernels_tables_hold_only_its_own_events_inbox_an
             subscriber=subscriber, message_id=uuid4(), type="probe.pinged", correlation_id=uuid4()
         )
         record_dead_letter(subscriber=subscriber, body=envelope(), reason="handler_failed")
+        StreamCursor.objects.create(subscriber=subscriber, stream="delivery:rls", last_sequence=1)
     assert count(OutboxMessage, source="drones") == count(OutboxMessage, source="deliveries") == 1
     with context_schemas.acting_as("deliveries"), transaction.atomic():
         assert count(OutboxMessage, source="drones") == 0 and count(OutboxMessage, source="deliveries") == 1
         assert count(InboxMessage, subscriber="drones") == 0 and count(InboxMessage, subscriber="deliveries") == 1
         assert count(DeadLetter, subscriber="drones") == 0 and count(DeadLetter, subscriber="deliveries") == 1
+        assert list(StreamCursor.objects.values_list("subscriber", flat=True)) == ["deliveries"]
         assert set(OutboxMessage.objects.values_list("source", flat=True)) == {"deliveries"}
     refused = pytest.raises(ProgrammingError, match="row-level security")
     with refused, context_schemas.acting_as("deliveries"), transaction.atomic():
@@ -428,3 +431,57 @@ def test_a_context_writes_to_the_outbox_only_its_own_types_of_event_to_their_sub
     with context_schemas.acting_as("drones"), transaction.atomic():
         forged(own).save(force_insert=True)  # its own, to its subscribers: as publish() writes
     assert set(OutboxMessage.objects.values_list("type", flat=True)) == {own.type}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["as deployed", "per transaction"])
+def test_a_request_runs_under_the_context_of_the_longest_prefix_its_path_begins_with(
+    transactional_db, settings, per_transaction
+):
+    """`/api/` is the deliveries', `/api/fleet/` (named after it) the drones': the nearer owner wins."""
+    settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
+    settings.OUTBOX_CONTEXT_URLS = {"/api/": "deliveries", "/api/fleet/": "drones"}
+    answered = context_schemas.context_roles(lambda request: current_user())
+    paths = ["/api/fleet/drones", "/api/deliveries/1", "/admin/"]
+    assert [answered(RequestFactory().get(path)) for path in paths] == [
+        role_of("drones"),
+        role_of("deliveries"),
+        current_user(),
+    ]
+
+
+@pytest.mark.postgres
+def test_a_message_handed_outside_a_worker_gives_the_connection_back_as_the_operator(probe_is_a_context):
+    """A worker's thread keeps its context's role for its next message; anywhere else (a test, a
+    shell, outbox.testing.deliver) the code after dispatch is the operator's again."""
+    operator = current_user()
+    handed = deliver("probe_a", "probe.pinged", {"n": 1, "fail": {"probe_a": "tell_role"}})
+
+    assert probe.role_of[str(handed.envelope.message_id)] == role_of("probe")
+    assert current_user() == operator
+
+
+@pytest.mark.postgres
+def test_a_policy_whose_condition_is_out_of_date_is_written_again_by_the_next_migrate(transactional_db):
+    """A policy changed by hand (or left from before a subscriber was added) is compared by its
+    condition, not its name: written again, the role sees its own rows only once more."""
+    table, role = InboxMessage._meta.db_table, role_of("deliveries")
+    on = f'"{settings.OUTBOX_SCHEMA}"."{table}"'
+    for subscriber in ("drones", "deliveries"):
+        InboxMessage.objects.create(
+            subscriber=subscriber, message_id=uuid4(), type="probe.pinged", correlation_id=uuid4()
+        )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER POLICY "{role}" ON {on} USING (true)')
+            cursor.execute(f"COMMENT ON POLICY \"{role}\" ON {on} IS 'USING (true)'")
+        with context_schemas.acting_as("deliveries"), transaction.atomic():
+            assert count(InboxMessage) == 2  # the policy as it was left
+
+        said = own_rows()
+    finally:
+        own_rows()
+
+    assert said == [f"{role} may use only its own rows of {table}: {context_rows.policies()[(table, role)]}"]
+    with context_schemas.acting_as("deliveries"), transaction.atomic():
+        assert list(InboxMessage.objects.values_list("subscriber", flat=True)) == ["deliveries"]

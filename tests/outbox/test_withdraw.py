@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from outbox.console.dead_letter_actions import replay_dead_letter
 from outbox.core.dead_letters import record_dead_letter
-from outbox.core.publishing import publish, withdraw_scheduled
+from outbox.core.publishing import PublishOutsideTransaction, publish, withdraw_scheduled
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relaying.relay import Relay
 from tests.probe.events import ProbePinged
@@ -124,3 +124,30 @@ def test_a_copy_the_sweep_sends_again_is_kept(transactional_db, monkeypatch):
     assert withdrawn(stream) == 0
 
     assert OutboxMessage.objects.filter(pk=resend.pk).exists()
+
+
+def test_withdrawing_outside_a_transaction_is_refused_and_withdraws_nothing(transactional_db):
+    """Outside the transaction of the change that makes them moot, a timer withdrawn would be gone
+    even if that change then rolled back."""
+    stream = f"ping:{Ping.objects.create(n=0).pk}"
+    with transaction.atomic():
+        publish(ProbePinged(n=1), stream=stream, available_at=timezone.now() + timedelta(hours=1))
+
+    with pytest.raises(PublishOutsideTransaction, match="must run inside transaction.atomic"):
+        withdraw_scheduled(stream=stream)
+
+    assert OutboxMessage.objects.filter(stream=stream).count() == 1
+
+
+def test_an_event_due_at_the_very_moment_of_withdrawing_is_kept(transactional_db, monkeypatch):
+    """Due is not "still to come": on one host (SQLite) an event due at the instant the story ends
+    has its due time equal to the clock the withdrawal reads, and it is kept."""
+    stream = f"ping:{Ping.objects.create(n=0).pk}"
+    instant = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: instant)
+    with transaction.atomic():
+        publish(ProbePinged(n=1), stream=stream)  # due at once
+
+        assert withdraw_scheduled(stream=stream) == 0
+
+    assert OutboxMessage.objects.filter(stream=stream).count() == 1
