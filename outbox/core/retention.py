@@ -107,8 +107,16 @@ def _what_to_prune(cutoff: datetime) -> list[tuple[str, str, str, list]]:
             f"AND NOT EXISTS (SELECT 1 FROM {cursors} c WHERE c.stream = {streams}.name)",
             [*REPLAYABLE],
         ),
-        (heartbeats, "id", "last_seen < %s", [timezone.now() - HEARTBEAT_FORGOTTEN_AFTER]),
+        _silent_for_a_day(heartbeats),
     ]
+
+
+def _silent_for_a_day(heartbeats: str) -> tuple[str, str, str, list]:
+    """Heartbeats are stamped with the database's clock on PostgreSQL (several hosts), read here
+    on the same: a host whose clock runs a day ahead would forget live processes. SQLite: one host."""
+    if connection.vendor == "postgresql":
+        return heartbeats, "id", "last_seen < now() - %s", [HEARTBEAT_FORGOTTEN_AFTER]
+    return heartbeats, "id", "last_seen < %s", [timezone.now() - HEARTBEAT_FORGOTTEN_AFTER]
 
 
 def _in_use_elsewhere(streams: set[str], *, cursors: bool) -> set[str]:

@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from outbox.core.retention import prune, retention_outlives_redelivery
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
+from outbox.relaying.heartbeats import beat
+from tests.outbox.test_relay_clock import a_clock_off_by
 from tests.probe.services import ping
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,3 +138,14 @@ def test_the_heartbeats_of_processes_silent_for_a_day_are_forgotten():
     prune()
 
     assert list(Heartbeat.objects.values_list("process", flat=True)) == ["relay@a:1"]
+
+
+@pytest.mark.postgres
+def test_a_pruning_host_whose_clock_runs_days_ahead_forgets_no_live_process(monkeypatch):
+    """Heartbeats are stamped on the database's clock (several hosts), and forgotten by it."""
+    beat(process="worker@b:2", kind="worker", started_at=timezone.now())
+    a_clock_off_by(monkeypatch, timedelta(days=2).total_seconds())
+
+    prune()
+
+    assert list(Heartbeat.objects.values_list("process", flat=True)) == ["worker@b:2"]
