@@ -29,3 +29,42 @@ def test_customers_keep_their_tokens_across_the_move_to_a_token_table(transactio
     assert customer.token_hash == "a" * 64
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_open_letters_of_a_refused_payload_are_grouped_again_by_their_errors_not_their_values(transactional_db):
+    """outbox 0015: letters written while a refused value split its cause into a group per value
+    share one fingerprint; a letter no longer open keeps the one it was closed with."""
+    import pydantic
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from outbox.core.fingerprints import error_fingerprint
+    from outbox.models import DeadLetter
+    from tests.factories import a_dead_letter
+    from tests.probe.handlers import Pinged
+
+    before, after = (
+        [("outbox", "0014_stream_never_goes_back_and_locks")],
+        [("outbox", "0015_validation_letters_grouped_by_cause")],
+    )
+    MigrationExecutor(connection).migrate(before)
+    errors = []
+    for value in ("abc", "xyz", "pqr"):
+        try:
+            Pinged.model_validate({"n": value})
+        except pydantic.ValidationError as error:
+            errors.append(str(error))
+    letters = [
+        a_dead_letter(exception_type="pydantic_core._pydantic_core.ValidationError", error=error, fingerprint=f"old{n}")
+        for n, error in enumerate(errors)
+    ]
+    DeadLetter.objects.filter(pk=letters[2].pk).update(status="discarded")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    fingerprints = list(DeadLetter.objects.order_by("pk").values_list("fingerprint", flat=True))
+    grouped = error_fingerprint("pydantic_core._pydantic_core.ValidationError", errors[0])
+    assert fingerprints == [grouped, grouped, "old2"]
