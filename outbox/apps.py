@@ -20,11 +20,11 @@ class OutboxConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate, pre_migrate
 
-        from outbox.core import context_schemas
+        from outbox.core import context_grants
         from outbox.handling import actors, limits  # noqa: F401 (retention registers its check)
 
-        pre_migrate.connect(context_schemas.before_migrate, sender=self)
-        post_migrate.connect(context_schemas.after_migrate, sender=self)
+        pre_migrate.connect(context_grants.before_migrate, sender=self)
+        post_migrate.connect(context_grants.after_migrate, sender=self)
         actors.autodiscover()
         limits.check_configuration()
         show_the_kernels_lines()

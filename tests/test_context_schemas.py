@@ -21,8 +21,10 @@ from deliveries.events import DeliveryCompleted
 from drones.events import DroneGrounded
 from drones.models import Drone
 from outbox.core import context_rows, context_schemas
+from outbox.core.context_grants import own_schemas
+from outbox.core.context_grants import tables_of as tables_of_app
 from outbox.core.context_rows import own_rows
-from outbox.core.context_schemas import own_schemas, role_of, search_path
+from outbox.core.context_schemas import role_of, search_path
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.publishing import outbox_row, publish
 from outbox.core.subscriptions import message_to, pack_of, subscribers, subscribers_of
@@ -46,7 +48,7 @@ def schemas_of_tables() -> dict[str, str]:
 
 
 def tables_of(label: str) -> list[str]:
-    return context_schemas.tables_of(apps.get_app_config(label))
+    return tables_of_app(apps.get_app_config(label))
 
 
 def test_each_contexts_tables_are_in_a_schema_of_its_own_and_the_kernels_in_outbox(db):

@@ -12,7 +12,7 @@ Three steps, each safe to run again: copy (one transaction on the new database, 
 nothing, with the check: a row already there, by its key, is left as it is), check (every row of
 the old database is on the new: the context's own with every field the same), delete from the old
 database; the old database's tables held against writers throughout. Rows are matched as values,
-a NULL matching a NULL (a waiting delivery's assignment has no drone, an unreadable message's dead
+a NULL matching a NULL (a row still waiting for what it will refer to, an unreadable message's dead
 letter no message id) and JSON as it reads. Stop the processes first (web, workers, relays): a
 writer caught in the middle of a write makes it stop, not wait. docs/deployment.md has the whole
 procedure.
@@ -168,7 +168,7 @@ def _copy(
             if not keep_keys:
                 for row in missing:
                     row.pk = None
-            # A row that takes another's unique value (a drone's name, a stream's number) is not
+            # A row that takes another's unique value (a name, a stream's number) is not
             # copied either: the check finds it missing.
             model.objects.using(target).bulk_create(missing, ignore_conflicts=True)
             copied += len(missing)

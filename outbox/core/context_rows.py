@@ -14,7 +14,7 @@ write only its own rows of them:
 So to the role of `invoices` the outbox holds the invoices' events and nothing else: a query for the
 orders' events finds none, and an event written under another context's name, or of another
 context's type, is refused ("new row violates row-level security policy"). What a role may do
-with each table at all is context_schemas' `KERNEL_PRIVILEGES`. The project's role owns the
+with each table at all is context_grants' `KERNEL_PRIVILEGES`. The project's role owns the
 tables and is not bound by their policies: the relay, the sweep, the admin and the console read
 every context's rows, as the story of a correlation id is (`correlation_timeline` reads it as the
 operator, wherever it is called from: a story shown through one context's API is every context's
