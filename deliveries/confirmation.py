@@ -43,7 +43,7 @@ def _digest(token: str) -> str:
 def issue_confirmation_token(*, delivery_id: UUID, customer: Customer) -> str:
     """A new task token for a delivery awaiting confirmation, returned once and stored as a hash;
     any token issued before it stops working."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status != Status.AWAITING_CONFIRMATION:
             if delivery.confirmation_required == "None":
@@ -84,7 +84,7 @@ class Confirmation:
 def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Confirmation) -> Delivery:
     """Complete a delivery awaiting confirmation with its task token: single-use, bound to this
     delivery and to the confirmation type it asked for."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status != Status.AWAITING_CONFIRMATION:
             raise TooLate(delivery.status, "confirmed")
@@ -110,7 +110,7 @@ def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Con
 
 def confirmation_timed_out(*, delivery_id: UUID, token_id: UUID) -> Delivery | None:
     """No confirmation in time: failed, and the drone takes the package back (drones context)."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is None or delivery.status != Status.AWAITING_CONFIRMATION:
             return delivery

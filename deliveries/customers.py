@@ -15,7 +15,7 @@ from outbox.api import atomic
 
 def create_customer(*, name: str, expires_in_days: float | None = None) -> tuple[Customer, str]:
     """Create a customer and return its bearer token, which is shown once and stored only hashed."""
-    with atomic():
+    with atomic("deliveries"):
         customer = Customer.objects.create(name=name)
         _, token = issue_token(customer, expires_in_days=expires_in_days)
     return customer, token
@@ -36,7 +36,7 @@ def rotate_customer_token(
     """Issue a new token; the customer's other tokens stop working at once, or after
     `grace_minutes` so that its clients can switch over. Returns the new token and its value."""
     now = timezone.now()
-    with atomic():
+    with atomic("deliveries"):
         old = CustomerToken.objects.select_for_update().filter(customer=customer, revoked_at__isnull=True)
         if grace_minutes > 0:
             ends = now + timedelta(minutes=grace_minutes)
@@ -48,7 +48,7 @@ def rotate_customer_token(
 
 def revoke_customer_tokens(*, customer: Customer) -> int:
     """Every token of the customer stops working now; the rows stay, for the record."""
-    with atomic():
+    with atomic("deliveries"):
         return CustomerToken.objects.filter(customer=customer, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )

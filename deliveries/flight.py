@@ -45,7 +45,7 @@ def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
     """The drone is at the drop-off: delivered, or, when a confirmation is required, waiting for
     it with a task token issued and a timer set. Arriving after the deadline is `late`, said in the
     status reason the customer reads, never reported as on time."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is None or delivery.status != Status.IN_TRANSIT:
             return delivery

@@ -14,7 +14,7 @@ from outbox.api import atomic, save_fields
 
 
 def record_package_ready(*, delivery_id: UUID) -> Delivery | None:
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is None or delivery.is_terminal:
             return delivery
@@ -34,7 +34,7 @@ def record_drone_scheduled(
     at: datetime | None = None,
 ) -> Delivery | None:
     """A drone is reserved (`at`): the first half of the join, or a new drone after the last was grounded."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is None or delivery.is_terminal or round != delivery.schedule_round:
             return delivery  # the drone context releases it on delivery.failed/cancelled or the reschedule
@@ -57,7 +57,7 @@ def record_waiting(
     off stays in transit, drone-less, and gets that timer whatever its deadline: the deadline no
     longer fails a delivery that has left.
     """
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is None or round != delivery.schedule_round:
             return delivery

@@ -29,7 +29,7 @@ def reschedule_delivery(
     dropoff: dict | None = None,
 ) -> Delivery:
     """Change times or places before dispatch; new places or a new pickup time start another scheduling round."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = Delivery.objects.select_for_update().get(id=delivery_id, customer=customer)
         if delivery.status not in Delivery.BEFORE_DISPATCH:
             raise TooLate(delivery.status, "rescheduled")

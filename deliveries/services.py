@@ -71,7 +71,7 @@ def request_delivery(
         if earlier:
             return _repeated(earlier, fingerprint), False
     try:
-        with atomic():
+        with atomic("deliveries"):
             if idempotency_key and not _hold_the_key(customer, idempotency_key):
                 raise IdempotencyKeyInFlight("a request with this Idempotency-Key is still being processed")
             delivery = Delivery(
@@ -149,7 +149,7 @@ def cancel_delivery(*, delivery_id: UUID, customer: Customer | None, reason: str
 
     `customer` None is an operator acting from the admin, on any customer's delivery.
     """
-    with atomic():
+    with atomic("deliveries"):
         deliveries = Delivery.objects.select_for_update()
         delivery = deliveries.get(id=delivery_id, **({"customer": customer} if customer else {}))
         if delivery.status == Status.CANCELLED:
@@ -168,7 +168,7 @@ def record_failure(*, delivery_id: UUID, reason: str, round: int | None = None) 
 
     `round` is the scheduling round a refusal answers; one for a round since rescheduled is moot.
     """
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is not None and round in (None, delivery.schedule_round):
             fail(delivery, reason)
@@ -177,7 +177,7 @@ def record_failure(*, delivery_id: UUID, reason: str, round: int | None = None) 
 
 
 def record_compensation(*, delivery_id: UUID, done: str) -> None:
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is not None and done not in delivery.compensations:
             delivery.compensations = [*delivery.compensations, done]
@@ -196,7 +196,7 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
     deliveries = Delivery.objects.filter(id=delivery_id, status__in=Delivery.BEFORE_DISPATCH)
     if schedule_round is not None:
         deliveries = deliveries.filter(schedule_round=schedule_round)
-    with atomic():
+    with atomic("deliveries"):
         failed = deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
         if failed:
             announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason), ended=True)

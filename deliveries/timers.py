@@ -46,7 +46,7 @@ def expire_join(*, delivery_id: UUID, round: int = 1) -> Delivery | None:
 def expire_wait(*, delivery_id: UUID, round: int) -> Delivery | None:
     """The longest wait for a drone is over: a delivery still in line fails with no_drone_available,
     as does one dispatched whose drone was grounded and that has not got another since."""
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         drone_less = delivery is not None and (
             delivery.status == Status.WAITING_FOR_DRONE
@@ -64,7 +64,7 @@ def expire_deadline(*, delivery_id: UUID, deadline: datetime | None = None) -> D
 
 
 def fail_if_not_dispatched(delivery_id: UUID, reason: str, *, still: Callable[[Delivery], bool]) -> Delivery | None:
-    with atomic():
+    with atomic("deliveries"):
         delivery = locked(delivery_id)
         if delivery is not None and delivery.status in Delivery.BEFORE_DISPATCH and still(delivery):
             fail(delivery, reason)

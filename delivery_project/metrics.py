@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from deliveries.models import Delivery
 from delivery_project.monitoring import monitoring_only
 from outbox.console.dead_letter_groups import open_groups_everywhere
-from outbox.core.context_databases import kernel_databases, working_in
+from outbox.core.working_database import kernel_databases, working_in
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.observability.metrics import counters
 from outbox.relaying import sweep

@@ -82,7 +82,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # The API's requests under the deliveries context's role, the rest under the project's own.
-    "outbox.core.context_schemas.context_roles",
+    "outbox.placement.roles.context_roles",
     "deliveries.middleware.json_method_not_allowed",
     # Last, as django-axes asks: it turns a locked-out login into its 429 page.
     "axes.middleware.AxesMiddleware",
@@ -204,7 +204,7 @@ def _database(url: str, setting: str) -> dict:
 
 DATABASES = {"default": _database(DATABASE_URL, "DATABASE_URL")}
 # CONTEXT_DATABASE_URLS="drones=postgres://host/drones": a context (an app label) on a database of
-# its own, with the kernel's tables beside its own (outbox.core.context_databases); a relay for each
+# its own, with the kernel's tables beside its own (outbox.placement.databases); a relay for each
 # (`relay_outbox --database drones`, which run_all starts). Several: separated by spaces. Empty: every
 # context on DATABASE_URL's. docs/deployment.md says how to move one there with its data.
 CONTEXT_DATABASE_URLS = os.environ.get("CONTEXT_DATABASE_URLS", "")
@@ -215,7 +215,7 @@ for _item in CONTEXT_DATABASE_URLS.split():
         raise ImproperlyConfigured(f"CONTEXT_DATABASE_URLS: {_item!r} is not label=URL")
     DATABASES[_label] = _database(_url, f"CONTEXT_DATABASE_URLS ({_label})")
     OUTBOX_CONTEXT_DATABASES[_label] = _label
-DATABASE_ROUTERS = ["outbox.core.context_databases.ContextDatabases"] if OUTBOX_CONTEXT_DATABASES else []
+DATABASE_ROUTERS = ["outbox.placement.databases.ContextDatabases"] if OUTBOX_CONTEXT_DATABASES else []
 
 # The API refuses larger bodies with 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024

@@ -67,7 +67,7 @@ def schedule_drone(
     deadline: datetime | None = None,
 ) -> Assignment:
     """Reserve the nearest free drone that can fly it, plan a later pickup, put it in line, or say why never."""
-    with atomic():
+    with atomic("drones"):
         existing = _locked(delivery_id)
         if existing is not None:  # handled before, rescheduled first, or the delivery already ended (tombstone)
             return _untouched(existing)
@@ -103,7 +103,7 @@ def reschedule_drone(
     delivery planned again. A new deadline alone keeps the round and only moves its place in line;
     of two such changes arriving out of order, the older is moot.
     """
-    with atomic():
+    with atomic("drones"):
         existing = _locked(delivery_id)
         if existing is not None and existing.round >= round:
             if existing.round == round and change > existing.change:
@@ -143,7 +143,7 @@ def _move_deadline(assignment: Assignment, deadline: datetime | None) -> None:
 
 def reserve_planned(*, delivery_id: UUID, round: int) -> Assignment | None:
     """The timer of a later pickup fired: reserve a drone in time for it, or put it in line."""
-    with atomic():
+    with atomic("drones"):
         assignment = _locked(delivery_id)
         if assignment is None or assignment.status != Assignment.Status.PLANNED or assignment.round != round:
             return _untouched(assignment)  # cancelled, rescheduled or re-planned since
@@ -153,7 +153,7 @@ def reserve_planned(*, delivery_id: UUID, round: int) -> Assignment | None:
 
 def start_flight(*, delivery_id: UUID) -> Assignment | None:
     """The delivery is dispatched: take off (at the planned time for a later pickup)."""
-    with atomic():
+    with atomic("drones"):
         assignment = _locked(delivery_id)
         if assignment is None:
             return None
@@ -173,7 +173,7 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
     Idempotent. A delivery that ended before it was scheduled leaves a released tombstone, so the
     late `delivery.requested` cannot reserve a drone for it; one still in line leaves the line.
     """
-    with atomic():
+    with atomic("drones"):
         assignment, created = _locked(delivery_id), False
         if assignment is None:  # it ended before it was scheduled (or another release makes it meanwhile)
             assignment, created = Assignment.objects.select_for_update().get_or_create(
@@ -204,7 +204,7 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
 
 def park_at_base(*, drone_id: UUID, mission: int) -> Drone | None:
     """A drone with nothing to do has flown home; from there it may reach deliveries it could not before."""
-    with atomic():
+    with atomic("drones"):
         drone = Drone.objects.select_for_update().filter(pk=drone_id).first()
         if drone is None or drone.missions != mission or drone.status != Drone.Status.AVAILABLE:
             if drone is not None:  # it took another delivery (or was grounded) before it got home
@@ -238,7 +238,7 @@ def seed_fleet(
     first in line it can fly.
     """
     created = 0
-    with atomic():
+    with atomic("drones"):
         for start in range(0, count, FLEET_BATCH):
             batch = [
                 _placed(i, count=count, latitude=latitude, longitude=longitude, spread_km=spread_km)
@@ -288,7 +288,7 @@ def ground_drone(*, drone_id: UUID) -> Drone:
     An idle drone is simply grounded; a reserved one that has not taken off gives its delivery
     back to the head of the line (or straight to another free drone); one in flight is refused.
     """
-    with atomic():
+    with atomic("drones"):
         holding = Drone.objects.values_list("delivery_id", flat=True).get(pk=drone_id)
         assignment = _locked(holding) if holding else None  # the assignment first: start_flight's lock order
         drone = Drone.objects.select_for_update().get(pk=drone_id)
@@ -315,7 +315,7 @@ def ground_drone(*, drone_id: UUID) -> Drone:
 
 def return_drone_to_service(*, drone_id: UUID) -> Drone:
     """Back from maintenance, free: it takes the first delivery in line it can fly."""
-    with atomic():
+    with atomic("drones"):
         drone = Drone.objects.select_for_update().get(pk=drone_id)
         back = drone.status == Drone.Status.MAINTENANCE
         if back:
@@ -330,5 +330,5 @@ def return_drone_to_service(*, drone_id: UUID) -> Drone:
 
 def check_fleet(*, generation: int) -> int:
     """The fleet check's timer fired: free drones are offered to the waiting line (drones.fleet_check)."""
-    with atomic():
+    with atomic("drones"):
         return fleet_check.check(generation=generation, now=timezone.now(), find_work=scheduling.find_work)

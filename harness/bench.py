@@ -32,10 +32,10 @@ from deliveries.events import DeliveryRequested, Location, PackageInfo
 from harness import simulation
 from harness.bench_relay import relay_process
 from outbox.core.brokers import amqp_parameters, broker_urls, reconnected_if_lost
-from outbox.core.context_databases import kernel_databases
 from outbox.core.publishing import publish
 from outbox.core.retention import prune
 from outbox.core.subscriptions import message_to, queue_name, routing_table, subscribers_of
+from outbox.core.working_database import kernel_databases
 from outbox.handling.dispatch import dispatch
 from outbox.models import InboxMessage, OutboxMessage
 from outbox.relaying.relay import Relay

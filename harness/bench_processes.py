@@ -31,7 +31,7 @@ from drones.services import seed_fleet
 from harness import process_cpu, simulation
 from harness.bench import BASE, customer_requests, empty_the_outbox_and_queues
 from harness.bench_api import customers
-from outbox.core.context_databases import kernel_databases
+from outbox.core.working_database import kernel_databases
 from outbox.models import InboxMessage, OutboxMessage
 
 

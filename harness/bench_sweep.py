@@ -10,9 +10,10 @@ from django.db import connection
 from django.test.utils import override_settings
 
 from harness.bench import empty_the_outbox_and_queues, publish_events
-from outbox.core.context_databases import kernel_databases, of_subscriber
 from outbox.core.subscriptions import subscribers
+from outbox.core.working_database import kernel_databases
 from outbox.models import InboxMessage, OutboxMessage
+from outbox.placement import database_of_subscriber as of_subscriber
 from outbox.relaying.sweep import Sweeper, lag_seconds, sweep_unacknowledged
 
 

@@ -36,9 +36,9 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from harness.simulation import Api
 from notifications.models import Notification
-from outbox.core.context_databases import kernel_databases
-from outbox.core.context_databases import of as database_of
+from outbox.core.working_database import kernel_databases
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.placement import database_of
 
 KINDS = ("kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections")
 CLUSTER_KINDS = ("stop_broker_node", "kill_broker_node")  # only on a cluster of the rig's own

@@ -12,9 +12,10 @@ from uuid import UUID
 from django.utils import timezone
 
 from outbox.console.timeline import causal_order
-from outbox.core.context_databases import kernel_databases, of_subscriber
+from outbox.core.working_database import kernel_databases
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
+from outbox.placement import database_of_subscriber as of_subscriber
 from outbox.testing import handled_by, recipients
 
 

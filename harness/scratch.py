@@ -16,8 +16,8 @@ from django.db import connection, connections
 
 from delivery_project import database_url
 from outbox.core.brokers import amqp_parameters, broker_urls
-from outbox.core.context_databases import kernel_databases
 from outbox.core.subscriptions import routing_table
+from outbox.core.working_database import kernel_databases
 
 
 @dataclass(frozen=True)

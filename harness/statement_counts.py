@@ -6,7 +6,7 @@ only the broker hop replaced): the drone first, then the package, then the fligh
 BEGIN, COMMIT and savepoints count: Django's query log has them, and they are round trips too.
 `tests/test_statement_counts.py` holds the budget; `manage.py bench` prints the same table.
 
-A context's role (outbox.core.context_schemas) is left out: driven from here, outside a worker,
+A context's role (outbox.placement.roles) is left out: driven from here, outside a worker,
 each handler sets its context's role and gives it back (two statements); a worker's thread keeps
 it for its next message and sets it only when the context changes, and the API's pooled
 connections keep the deliveries context's, so that what a handler or a request costs there is

@@ -35,7 +35,7 @@ def notify(*, delivery_id: UUID, kind: str, reason: str = "") -> None:
     delivery's status change (tests/test_statement_counts.py). It and the read of the requests
     are written as SQL: every delivery runs them twice, and Django's `bulk_create` and queryset
     cost the worker more than PostgreSQL's work on them (docs/performance.md)."""
-    with atomic():
+    with atomic("notifications"):
         text = MESSAGES[kind].format(reason=reason)
         for request_id, email_address, sms in _record(delivery_id=delivery_id, kind=kind, text=text):
             channels = [(SentMessage.Channel.EMAIL, email_address), (SentMessage.Channel.SMS, sms)]
@@ -74,7 +74,7 @@ def send_message(*, sent_message_id: int) -> SentMessage | None:
     """Send one message, once: a failed send raises, and the event is retried (then
     dead-lettered, and a replay sends it). Only a crash between a send that went out and the
     commit of its `sent_at` would send it twice."""
-    with atomic():
+    with atomic("notifications"):
         message = SentMessage.objects.select_for_update().select_related("request").filter(pk=sent_message_id).first()
         if message is None or message.sent_at is not None:
             return message
@@ -96,7 +96,7 @@ class TooManyRequests(Exception):
 def request_notifications(*, delivery_id: UUID, email_address: str = "", sms: str = "") -> NotifyMeRequest:
     """Keep a notify-me request, within the delivery's cap. Concurrent requests for one delivery are
     counted one after another (a lock on the delivery's requests), or each could see room left."""
-    with atomic():
+    with atomic("notifications"):
         _lock_the_requests_of(delivery_id)
         limit = settings.NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY
         if NotifyMeRequest.objects.filter(delivery_id=delivery_id).count() >= limit:

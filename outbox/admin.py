@@ -6,7 +6,7 @@ from uuid import UUID
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import Count, Min, Sum
 from django.http import HttpResponseRedirect
 from django.template.defaultfilters import pluralize
@@ -23,7 +23,6 @@ from outbox.console.database_choice import InChosenDatabase, choice, in_chosen, 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import each_letter, letters_of, open_groups
 from outbox.console.timeline import correlation_timeline
-from outbox.core.context_databases import of_model
 from outbox.core.subscriptions import actor_name, queue_name, routing_table
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
 from outbox.relaying import heartbeats
@@ -47,7 +46,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         note = arguments.get("note", "")
         # The row's database outermost, so that it commits last: a replay's copy (on its event's
         # database) and the log entry (on default's) are committed before the letter says "replayed".
-        with transaction.atomic(using=of_model(self.model)), transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(self.model)), transaction.atomic():
             result = service(**arguments)
             self.log_change(request, obj, f"{action}: {note}" if note else action)
         return result

@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING
 SURFACE: dict[str, tuple[str, str]] = {
     "publish": ("outbox.core.publishing", "publish"),
     "publish_many": ("outbox.core.publishing", "publish_many"),
-    "atomic": ("outbox.core.publishing", "atomic"),
-    "connection_of": ("outbox.core.context_databases", "connection_of"),
+    "atomic": ("outbox.placement", "atomic"),
+    "connection_of": ("outbox.placement", "connection_of"),
     "locked_row": ("outbox.core.locking", "locked_row"),
     "save_fields": ("outbox.core.saving", "save_fields"),
     "insert_row": ("outbox.core.saving", "insert_row"),
@@ -124,7 +124,6 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
     from outbox.console.sequence_diagram import render as sequence_diagram
     from outbox.console.timeline import correlation_timeline
-    from outbox.core.context_databases import connection_of
     from outbox.core.contracts import Event, Reader, upcaster
     from outbox.core.dead_letters import Rejected
     from outbox.core.envelope import Envelope
@@ -132,7 +131,6 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from outbox.core.publishing import (
         EventTooLarge,
         PublishOutsideTransaction,
-        atomic,
         publish,
         publish_many,
         withdraw_scheduled,
@@ -140,3 +138,4 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from outbox.core.saving import insert_row, save_fields
     from outbox.core.subscriptions import Received, subscribe, when_unprocessable
     from outbox.management.arguments import duration_in_days, number, whole_number
+    from outbox.placement import atomic, connection_of

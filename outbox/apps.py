@@ -20,11 +20,11 @@ class OutboxConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate, pre_migrate
 
-        from outbox.core import context_grants
         from outbox.handling import actors, limits  # noqa: F401 (retention registers its check)
+        from outbox.placement import grants
 
-        pre_migrate.connect(context_grants.before_migrate, sender=self)
-        post_migrate.connect(context_grants.after_migrate, sender=self)
+        pre_migrate.connect(grants.before_migrate, sender=self)
+        post_migrate.connect(grants.after_migrate, sender=self)
         actors.autodiscover()
         limits.check_configuration()
         show_the_kernels_lines()

@@ -36,8 +36,8 @@ from pydantic import BaseModel
 
 from outbox.console.timeline import causal_order
 from outbox.core import subscriptions
-from outbox.core.context_databases import kernel_databases, of_subscriber
 from outbox.core.envelope import Envelope
+from outbox.core.working_database import kernel_databases
 from outbox.handling.dispatch import dispatch, dispatch_for_outcome
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
@@ -258,9 +258,12 @@ def _rows(correlation_id: UUID | None, *conditions: Q) -> list[OutboxMessage]:
 
 
 def _letter(subscriber: str, message_id: UUID) -> DeadLetter | None:
-    return (
-        DeadLetter.objects.using(of_subscriber(subscriber)).filter(subscriber=subscriber, message_id=message_id).first()
-    )
+    """The subscriber's letter of the message, on whichever database its inbox is."""
+    for database in kernel_databases():
+        letter = DeadLetter.objects.using(database).filter(subscriber=subscriber, message_id=message_id).first()
+        if letter is not None:
+            return letter
+    return None
 
 
 def recipients(row: OutboxMessage) -> list[str]:

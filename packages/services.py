@@ -29,7 +29,7 @@ def fitness_problem(*, size: str, weight_kg: float) -> str | None:
 
 def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_kg: float, tag: str = "") -> Package:
     """Create the delivery's package and say whether it can fly; a repeated request changes nothing."""
-    with atomic():
+    with atomic("packages"):
         existing = locked_row(Package, delivery_id)
         if existing is not None:  # the same request again, or a delivery that already ended
             return existing
@@ -59,7 +59,7 @@ def register_package(*, delivery_id: UUID, package_id: UUID, size: str, weight_k
 
 def mark_in_transit(*, delivery_id: UUID) -> None:
     """A ready package left with its drone."""
-    with atomic():
+    with atomic("packages"):
         _set_status(delivery_id, Package.Status.IN_TRANSIT, moved_from=(Package.Status.READY,))
 
 
@@ -67,7 +67,7 @@ def mark_delivered(*, delivery_id: UUID) -> None:
     """The delivery completed: its package arrived, unless it was cancelled meanwhile (or never
     flew: rejected). From ready too: this context's handlers are not ordered, and the completion
     may be handled before the dispatch."""
-    with atomic():
+    with atomic("packages"):
         _set_status(delivery_id, Package.Status.DELIVERED, moved_from=(Package.Status.READY, Package.Status.IN_TRANSIT))
 
 
@@ -90,7 +90,7 @@ def cancel_package(*, delivery_id: UUID, reason: str) -> Package:
     A delivery that ended before its package was registered leaves a cancelled tombstone,
     so the late `delivery.requested` cannot make a package ready again.
     """
-    with atomic():
+    with atomic("packages"):
         package, created = Package.objects.select_for_update().get_or_create(
             delivery_id=delivery_id, defaults={"status": Package.Status.CANCELLED, "reason": reason}
         )

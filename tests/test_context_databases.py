@@ -1,12 +1,13 @@
-"""A context on a database of its own (outbox.core.context_databases): what the settings must say,
+"""A context on a database of its own (outbox.placement.databases): what the settings must say,
 and the checks that say it when they do not. The system with drones on a second server is
 tests/e2e/test_context_database.py's; the chaos rig's across two, tests/harness/test_chaos.py's."""
 
 import pytest
 
-from outbox.core import context_databases, context_rows
 from outbox.core.contracts import Event
 from outbox.core.subscriptions import Subscription
+from outbox.core.working_database import kernel_databases
+from outbox.placement import databases, rows
 
 
 def ids(found) -> list[str]:
@@ -15,9 +16,9 @@ def ids(found) -> list[str]:
 
 def test_nothing_to_say_when_every_context_is_on_default(settings):
     settings.OUTBOX_CONTEXT_DATABASES = {}
-    assert context_databases.context_databases_are_routed() == []
-    assert context_databases.kernel_databases() == ["default"]
-    assert context_databases.of("drones") == "default"
+    assert databases.context_databases_are_routed() == []
+    assert kernel_databases() == ["default"]
+    assert databases.database_of("drones") == "default"
 
 
 # The checks read DATABASES' names only: no connection is made to the alias added for the test.
@@ -26,20 +27,20 @@ def test_a_context_moved_needs_the_router_an_app_and_an_alias_and_is_alone_there
     settings.DATABASES = {**settings.DATABASES, "fleet": {**settings.DATABASES["default"]}}
     settings.DATABASE_ROUTERS = []
     settings.OUTBOX_CONTEXT_DATABASES = {"drones": "fleet", "packages": "fleet", "no_such_app": "nowhere"}
-    found = context_databases.context_databases_are_routed()
+    found = databases.context_databases_are_routed()
     assert ids(found) == ["outbox.E010", "outbox.E011", "outbox.E012", "outbox.W010"]
     assert any("drones, packages" in f.msg for f in found)
-    assert context_databases.kernel_databases() == ["default", "fleet", "nowhere"]
+    assert kernel_databases() == ["default", "fleet", "nowhere"]
 
-    settings.DATABASE_ROUTERS = ["outbox.core.context_databases.ContextDatabases"]
+    settings.DATABASE_ROUTERS = ["outbox.placement.databases.ContextDatabases"]
     settings.OUTBOX_CONTEXT_DATABASES = {"drones": "fleet"}
-    assert context_databases.context_databases_are_routed() == []
-    assert context_databases.of("drones") == "fleet" and context_databases.of("packages") == "default"
+    assert databases.context_databases_are_routed() == []
+    assert databases.database_of("drones") == "fleet" and databases.database_of("packages") == "default"
 
 
 def test_an_event_a_context_declares_outside_its_events_module_is_said_at_start(settings):
     settings.OUTBOX_CONTEXTS = ["drones"]
-    assert context_rows.each_context_publishes_under_its_own_name() == []
+    assert rows.each_context_publishes_under_its_own_name() == []
 
     class Misplaced(Event):  # as if declared in drones/events/v2.py: its source() reads "events"
         type = "drone.misplaced_for_the_check"
@@ -47,7 +48,7 @@ def test_an_event_a_context_declares_outside_its_events_module_is_said_at_start(
 
     Misplaced.__module__ = "drones.events.v2"
     try:
-        found = context_rows.each_context_publishes_under_its_own_name()
+        found = rows.each_context_publishes_under_its_own_name()
         assert ids(found) == ["outbox.E013"] and "'events'" in found[0].msg and "'drones'" in found[0].msg
     finally:
         from outbox.core.contracts import _contracts
@@ -73,4 +74,4 @@ def test_a_handler_nested_deep_in_its_app_or_in_an_app_of_another_label_has_its_
         handler.__module__ = module
         subscription = Subscription("nested", "drone.nested", handler, None, frozenset({1}))
         assert subscription.context == context, module
-        assert context_databases.of(subscription.context) == ("fleet" if context in ("drones", "probe") else "default")
+        assert databases.database_of(subscription.context) == ("fleet" if context in ("drones", "probe") else "default")

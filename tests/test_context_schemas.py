@@ -1,4 +1,4 @@
-"""Each context owns its data, and PostgreSQL enforces it (issue 49 §1, outbox.core.context_schemas).
+"""Each context owns its data, and PostgreSQL enforces it (issue 49 §1, outbox.placement).
 
 On PostgreSQL each context's tables are in a schema of its own and the kernel's in `outbox`; a
 handler runs under its context's role, an API request under the deliveries context's, and a query
@@ -20,15 +20,15 @@ from django.utils import timezone
 from deliveries.events import DeliveryCompleted
 from drones.events import DroneGrounded
 from drones.models import Drone
-from outbox.core import context_rows, context_schemas
-from outbox.core.context_grants import own_schemas
-from outbox.core.context_grants import tables_of as tables_of_app
-from outbox.core.context_rows import own_rows
-from outbox.core.context_schemas import role_of, search_path
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.publishing import outbox_row, publish
 from outbox.core.subscriptions import message_to, pack_of, subscribers, subscribers_of
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, Lock, OutboxMessage, Stream, StreamCursor
+from outbox.placement import roles, rows
+from outbox.placement.grants import own_schemas
+from outbox.placement.grants import tables_of as tables_of_app
+from outbox.placement.roles import role_of, search_path
+from outbox.placement.rows import own_rows
 from outbox.relaying.sweep import _TAKE_THE_SWEEP, _only_sweeper
 from outbox.testing import deliver
 from tests.factories import Customer, envelope, requested
@@ -53,7 +53,7 @@ def tables_of(label: str) -> list[str]:
 
 def test_each_contexts_tables_are_in_a_schema_of_its_own_and_the_kernels_in_outbox(db):
     if connection.vendor != "postgresql":  # the embedded default: one file, as Django names its tables
-        assert not context_schemas.enabled() and own_schemas() == []
+        assert not roles.enabled() and own_schemas() == []
         return
     where = schemas_of_tables()
     for label in CONTEXTS:
@@ -256,14 +256,14 @@ def test_code_that_crosses_contexts_on_purpose_acts_as_each_in_turn_and_then_as_
     owner; and back outside, this test is the operator again."""
     settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
     operator = current_user()
-    with context_schemas.acting_as("deliveries"):
+    with roles.acting_as("deliveries"):
         assert current_user() == role_of("deliveries")
         with transaction.atomic():
             assert current_user() == role_of("deliveries")
-            with context_schemas.acting_as("notifications"):
+            with roles.acting_as("notifications"):
                 assert current_user() == role_of("notifications")
             assert current_user() == role_of("deliveries")
-        with context_schemas.acting_as("notifications"):  # outside a transaction
+        with roles.acting_as("notifications"):  # outside a transaction
             assert current_user() == role_of("notifications")
         assert current_user() == role_of("deliveries")
     assert current_user() == operator
@@ -274,7 +274,7 @@ def test_through_a_pooler_a_transaction_that_begins_with_publish_is_given_its_ro
     """publish()'s insert runs on psycopg's own cursor, below Django's, where no execute_wrapper
     sees it: it gives the transaction its role itself, or everything after it would run as the owner."""
     settings.OUTBOX_TRANSACTION_POOLER = True
-    with context_schemas.acting_as("deliveries"), transaction.atomic():
+    with roles.acting_as("deliveries"), transaction.atomic():
         publish(DeliveryCompleted(delivery_id=uuid4(), drone_id=uuid4()), stream="delivery:first-statement")
         assert current_user() == role_of("deliveries")
 
@@ -302,20 +302,20 @@ def test_to_a_contexts_role_the_kernels_tables_hold_only_its_own_events_inbox_an
         record_dead_letter(subscriber=subscriber, body=envelope(), reason="handler_failed")
         StreamCursor.objects.create(subscriber=subscriber, stream="delivery:rls", last_sequence=1)
     assert count(OutboxMessage, source="drones") == count(OutboxMessage, source="deliveries") == 1
-    with context_schemas.acting_as("deliveries"), transaction.atomic():
+    with roles.acting_as("deliveries"), transaction.atomic():
         assert count(OutboxMessage, source="drones") == 0 and count(OutboxMessage, source="deliveries") == 1
         assert count(InboxMessage, subscriber="drones") == 0 and count(InboxMessage, subscriber="deliveries") == 1
         assert count(DeadLetter, subscriber="drones") == 0 and count(DeadLetter, subscriber="deliveries") == 1
         assert list(StreamCursor.objects.values_list("subscriber", flat=True)) == ["deliveries"]
         assert set(OutboxMessage.objects.values_list("source", flat=True)) == {"deliveries"}
     refused = pytest.raises(ProgrammingError, match="row-level security")
-    with refused, context_schemas.acting_as("deliveries"), transaction.atomic():
+    with refused, roles.acting_as("deliveries"), transaction.atomic():
         publish(DroneGrounded(drone_id=uuid4()), stream="drone:not-its-own")
     assert count(OutboxMessage, source="drones") == 1  # the operator's view: every context's
 
 
 def test_a_listed_context_that_is_no_app_and_handlers_outside_every_context_are_said_at_start(settings):
-    from outbox.core.context_schemas import contexts_are_apps_and_own_their_handlers
+    from outbox.placement.roles import contexts_are_apps_and_own_their_handlers
 
     said = contexts_are_apps_and_own_their_handlers()  # the tests' probe has handlers and is no context
     assert {w.id for w in said} == {"outbox.W003"} and all("'probe'" in w.msg for w in said)
@@ -332,7 +332,7 @@ def test_a_listed_context_that_is_no_app_and_handlers_outside_every_context_are_
 def _as_role(context: str, sql: str, params=()) -> str | None:
     """Run `sql` as `context`'s role in a transaction of its own: None if PostgreSQL let it, else its refusal."""
     try:
-        with context_schemas.acting_as(context), transaction.atomic(), connection.cursor() as cursor:
+        with roles.acting_as(context), transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(sql, params)
     except DatabaseError as error:
         return str(error).splitlines()[0]
@@ -367,7 +367,7 @@ def test_a_contexts_role_reaches_no_further_than_its_rows_into_the_kernels_count
     assert all("permission denied" in refusal for what, refusal in refused.items() if "a stream re" not in what)
     assert (Stream.objects.get(name="delivery:counted").last_sequence, Heartbeat.objects.count()) == (1, 1)
 
-    with context_schemas.acting_as("drones"), transaction.atomic():  # what the role is for
+    with roles.acting_as("drones"), transaction.atomic():  # what the role is for
         publish(DroneGrounded(drone_id=uuid4()), stream="delivery:counted")  # numbered on, in another's stream too
     assert Stream.objects.get(name="delivery:counted").last_sequence == 2
 
@@ -424,14 +424,14 @@ def test_a_context_writes_to_the_outbox_only_its_own_types_of_event_to_their_sub
     refused = {}
     for what, row in attempts.items():
         try:
-            with context_schemas.acting_as("drones"), transaction.atomic():
+            with roles.acting_as("drones"), transaction.atomic():
                 row.save(force_insert=True)
             refused[what] = None
         except ProgrammingError as error:
             refused[what] = str(error)
     assert [what for what, refusal in refused.items() if refusal is None] == []
     assert all("row-level security" in refusal for refusal in refused.values()), refused
-    with context_schemas.acting_as("drones"), transaction.atomic():
+    with roles.acting_as("drones"), transaction.atomic():
         forged(own).save(force_insert=True)  # its own, to its subscribers: as publish() writes
     assert set(OutboxMessage.objects.values_list("type", flat=True)) == {own.type}
 
@@ -444,7 +444,7 @@ def test_a_request_runs_under_the_context_of_the_longest_prefix_its_path_begins_
     """`/api/` is the deliveries', `/api/fleet/` (named after it) the drones': the nearer owner wins."""
     settings.OUTBOX_TRANSACTION_POOLER = settings.OUTBOX_TRANSACTION_POOLER or per_transaction
     settings.OUTBOX_CONTEXT_URLS = {"/api/": "deliveries", "/api/fleet/": "drones"}
-    answered = context_schemas.context_roles(lambda request: current_user())
+    answered = roles.context_roles(lambda request: current_user())
     paths = ["/api/fleet/drones", "/api/deliveries/1", "/admin/"]
     assert [answered(RequestFactory().get(path)) for path in paths] == [
         role_of("drones"),
@@ -478,13 +478,13 @@ def test_a_policy_whose_condition_is_out_of_date_is_written_again_by_the_next_mi
         with connection.cursor() as cursor:
             cursor.execute(f'ALTER POLICY "{role}" ON {on} USING (true)')
             cursor.execute(f"COMMENT ON POLICY \"{role}\" ON {on} IS 'USING (true)'")
-        with context_schemas.acting_as("deliveries"), transaction.atomic():
+        with roles.acting_as("deliveries"), transaction.atomic():
             assert count(InboxMessage) == 2  # the policy as it was left
 
         said = own_rows()
     finally:
         own_rows()
 
-    assert said == [f"{role} may use only its own rows of {table}: {context_rows.policies()[(table, role)]}"]
-    with context_schemas.acting_as("deliveries"), transaction.atomic():
+    assert said == [f"{role} may use only its own rows of {table}: {rows.policies()[(table, role)]}"]
+    with roles.acting_as("deliveries"), transaction.atomic():
         assert list(InboxMessage.objects.values_list("subscriber", flat=True)) == ["deliveries"]

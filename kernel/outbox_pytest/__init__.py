@@ -69,7 +69,7 @@ def outbox_relay_and_workers(transactional_db):
     import dramatiq
     from django.db import connections
 
-    from outbox.core.context_databases import kernel_databases, working_in
+    from outbox.core.working_database import kernel_databases, working_in
     from outbox.relaying.relay import Relay
 
     broker = dramatiq.get_broker()

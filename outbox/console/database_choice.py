@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.http import QueryDict
 from django.utils.http import urlencode
 
-from outbox.core.context_databases import current, kernel_databases, working_in
+from outbox.core.working_database import current, kernel_databases, working_in
 
 PARAMETER = "database"
 

@@ -7,10 +7,10 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
-from outbox.core.context_databases import current, kernel_databases
 from outbox.core.dead_letters import resolve_letter
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscription
+from outbox.core.working_database import current, kernel_databases
 from outbox.models import DeadLetter, OutboxMessage
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from django.db import DatabaseError
 from django.db.models import Count, Max, Min, Q
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
-from outbox.core.context_databases import kernel_databases, working_in
+from outbox.core.working_database import kernel_databases, working_in
 from outbox.models import DeadLetter
 
 

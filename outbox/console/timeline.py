@@ -4,10 +4,10 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from outbox import placement
 from outbox.console.database_choice import admin_id
-from outbox.core import context_schemas
-from outbox.core.context_databases import kernel_databases
 from outbox.core.subscriptions import subscribers_of
+from outbox.core.working_database import kernel_databases
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 
@@ -19,10 +19,10 @@ def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> li
     with `scheduled` they are listed too, marked so (a timer still pending). Replays (copies
     for one subscriber) are folded into their original, as the time each subscriber's was sent.
 
-    With contexts on databases of their own (outbox.core.context_databases) the story is in
+    With contexts on databases of their own (outbox.placement.databases) the story is in
     several outboxes and inboxes: each is read, and the events put in causal order by their causes.
     """
-    with context_schemas.acting_as(None):  # every context's rows: read as the operator (context_rows)
+    with placement.acting_as(None):  # every context's rows: read as the operator (placement.rows)
         return _timeline(correlation_id, scheduled=scheduled)
 
 

@@ -29,13 +29,13 @@ DEFAULTS: dict[str, object] = {
     "OUTBOX_LIMITS_REDIS_URL": "",  # the limits' counters; empty: the broker's Redis, if it is one
     "OUTBOX_MAX_EVENT_BYTES": 64 * 1024,  # publish() refuses a larger envelope (EventTooLarge)
     "OUTBOX_HANDLED_LOG_LEVEL": "INFO",  # the one line per handled message
-    # Each context owns its data (PostgreSQL; outbox.core.context_schemas)
+    # Each context owns its data (PostgreSQL; outbox.placement.roles)
     "OUTBOX_CONTEXTS": [],  # app labels: each gets a schema and a role of its own; []: one schema, one role
     "OUTBOX_SCHEMA": "outbox",  # the kernel's tables' schema, when OUTBOX_CONTEXTS is set
     "OUTBOX_CONTEXT_ROLE_PREFIX": "context_",  # a context's role: this + its label (roles are the cluster's)
     "OUTBOX_CONTEXT_URLS": {},  # {"/api/": "orders"}: a request's role by its path's prefix
     # {"invoices": "billing"}: a context's tables, and the kernel's beside them, on a database of its own
-    # (an alias of DATABASES; outbox.core.context_databases). {}: every context on `default`
+    # (an alias of DATABASES; outbox.placement.databases). {}: every context on `default`
     "OUTBOX_CONTEXT_DATABASES": {},
     "OUTBOX_TRANSACTION_POOLER": False,  # through PgBouncer's transaction mode: roles per transaction
     # The relay

@@ -14,9 +14,9 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from outbox.core.context_databases import current
 from outbox.core.envelope import Envelope
 from outbox.core.fingerprints import error_fingerprint
+from outbox.core.working_database import current
 from outbox.models import DeadLetter
 
 logger = logging.getLogger(__name__)

@@ -13,10 +13,8 @@ third of a read's CPU.)
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import connections, models, transaction
+from django.db import connections, models, router, transaction
 from django.db.transaction import TransactionManagementError
-
-from outbox.core import context_databases
 
 M = TypeVar("M", bound=models.Model)
 
@@ -37,7 +35,7 @@ def locked_row(model: type[M], key, *, using: str | None = None) -> M | None:
     The row as its table has it: a default manager's filters, if the model has any, do not apply."""
     if model._meta.parents:  # its parent's row and fields are another table's, which this does not read
         raise TypeError(f"locked_row({model.__name__}): a model with multi-table inheritance is not supported")
-    using = using or context_databases.of_model(model)
+    using = using or router.db_for_write(model)
     connection = connections[using]
     if not connection.in_atomic_block:  # as select_for_update() refuses: the lock would end at once
         raise TransactionManagementError(f"locked_row({model.__name__}) must run inside transaction.atomic()")

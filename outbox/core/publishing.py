@@ -5,16 +5,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from datetime import datetime
+from functools import partial
 from uuid import UUID, uuid4
 
 import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
+from django.db import connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from outbox.core import context_databases, context_schemas, wake_up
+from outbox.core import wake_up, working_database
 from outbox.core.contracts import Event
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscribers_of
@@ -67,9 +68,9 @@ def publish_many(
     """Append several events to one stream, numbered in the order given, in one statement: what
     `publish()` does for each (`available_at`, if given, one time or None for each event), at one
     round trip for all: an order's shipment scheduling its tracking updates, say. `using`: the
-    database the kernel works in (its caller's `atomic()`'s; outbox.core.context_databases).
+    database the kernel works in (its caller's `atomic()`'s; outbox.core.working_database).
     """
-    connection = connections[using or context_databases.current()]
+    connection = connections[using or working_database.current()]
     if not connection.in_atomic_block:
         types = ", ".join(event.type for event in events)
         raise PublishOutsideTransaction(
@@ -128,7 +129,7 @@ def withdraw_scheduled(*, stream: str, using: str | None = None) -> int:
     and delete it unsent. Only the stream's own events are taken back, never a replay or a copy the
     sweep sends again: those are owed to one subscriber, whatever the story did since.
     """
-    using = using or context_databases.current()
+    using = using or working_database.current()
     connection = connections[using]
     if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
@@ -321,7 +322,6 @@ def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connecti
     whose clock runs ahead does not hold its events back."""
     sql, params = numbered_insert(rows, connection=connection, due_now=due_now)
     connection.ensure_connection()
-    context_schemas.give_transaction_its_role(connection)  # through a pooler: no execute_wrapper sees this one
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding
     # would quote every value into the text of the statement and parse it anew each time. Its
     # errors are Django's, as the ORM's are (a lost connection an OperationalError the API answers
@@ -333,14 +333,30 @@ def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connecti
         connection.wrap_database_errors,
         psycopg.Cursor(connection.connection) as cursor,
     ):
-        if connection.queries_logged:  # DEBUG, or a test counting statements: logged as Django's own are
-            with CursorDebugWrapper(cursor, connection).debug_sql(sql, params):
-                cursor.execute(sql, params, prepare=True)
-        else:
-            cursor.execute(sql, params, prepare=True)
+        _with_execute_wrappers(connection, cursor, sql, params)
         inserted = sorted(cursor.fetchall(), key=lambda returned: returned[1])  # by sequence: the rows' order
     for row, (row.id, row.sequence, row.available_at) in zip(rows, inserted, strict=True):
         row._state.adding, row._state.db = False, connection.alias
+
+
+def _with_execute_wrappers(connection, cursor, sql: str, params: list) -> None:
+    """Run the insert through the connection's execute wrappers, as Django runs its own cursor's
+    statements (a pooler's role per transaction is one), and logged as Django's are when it logs
+    (DEBUG, a test counting statements)."""
+
+    def execute(sql, params, many, context):
+        if connection.queries_logged:
+            with CursorDebugWrapper(cursor, connection).debug_sql(sql, params):
+                return cursor.execute(sql, params, prepare=True)
+        return cursor.execute(sql, params, prepare=True)
+
+    if not connection.execute_wrappers:
+        execute(sql, params, False, None)
+        return
+    context = {"connection": connection, "cursor": cursor}
+    for wrapper in reversed(connection.execute_wrappers):
+        execute = partial(wrapper, execute)
+    execute(sql, params, False, context)
 
 
 _NUMBER_IN_STREAM = (
@@ -364,6 +380,11 @@ def _nudge_the_relay_on_commit(using: str) -> None:
         transaction.on_commit(wake_up.nudge, using=using)
 
 
+def handling_a_message() -> bool:
+    """Whether this code runs inside a handler (dispatch's `handling`)."""
+    return _handling.get() is not None
+
+
 @contextmanager
 def handling(envelope: Envelope) -> Iterator[None]:
     """Mark `envelope` as the cause of whatever is published inside the block."""
@@ -372,24 +393,3 @@ def handling(envelope: Envelope) -> Iterator[None]:
         yield
     finally:
         _handling.reset(token)
-
-
-def atomic(using: str | None = None) -> transaction.Atomic:
-    """`transaction.atomic()` for a service's state change and the events that announce it.
-
-    Inside a handler it joins the handler's transaction without a savepoint: dispatch rolls that
-    transaction back whole when the handler raises, so a savepoint bought nothing there but a
-    SAVEPOINT and a RELEASE, two round trips for every service a handler calls. A handler that
-    catches a service's error finds the transaction unusable: its next query raises, and if it
-    returns without one, dispatch sees the transaction marked for rollback and raises
-    (`WorkRolledBack`); either way it is retried, then dead-lettered, never acknowledged with its
-    work silently undone. Anywhere else it is Django's own, savepoint and all, so the API or the
-    admin can catch a service's refusal inside a transaction of theirs.
-
-    Its database: `using`, else the database of the app whose code calls it, which `publish()`
-    inside then writes to (outbox.core.context_databases); `default` unless a context was moved.
-    """
-    savepoint = _handling.get() is None
-    if context_databases.routed():
-        return context_databases.atomic_in(using or context_databases.of_caller(), savepoint=savepoint)
-    return transaction.atomic(using=using or DEFAULT_DB_ALIAS, savepoint=savepoint)

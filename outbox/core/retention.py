@@ -14,7 +14,7 @@ the redelivery sweep (OUTBOX_SWEEP_HORIZON_SECONDS). Within it an inbox row stil
 redelivery into a no-op; past it no copy exists to deliver. A replayed dead letter is a fresh
 send of the envelope the dead letter keeps, so it needs no outbox row.
 
-With a context on a database of its own (outbox.core.context_databases) a stream's events are in
+With a context on a database of its own (outbox.placement.databases) a stream's events are in
 its publisher's outbox and its cursors beside each subscriber's inbox, on another database: a
 cursor or a counter idle on its own database is deleted only once the others have no event, no
 replayable letter (and, for a counter, no cursor) of its stream either.
@@ -29,8 +29,8 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from outbox.core.context_databases import connection, current, kernel_databases
 from outbox.core.dead_letters import REPLAYABLE
+from outbox.core.working_database import connection, current, kernel_databases
 from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage, Stream, StreamCursor
 
 # A heartbeat not renewed for this long is a process that was killed: it leaves the overview.

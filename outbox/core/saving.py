@@ -25,9 +25,7 @@ through `save(force_insert=True)`, which reads back what the database chose.
 
 from collections.abc import Iterable
 
-from django.db import DatabaseError, connections, models, transaction
-
-from outbox.core import context_databases
+from django.db import DatabaseError, connections, models, router, transaction
 
 _statements: dict[tuple[type[models.Model], tuple[str, ...], str], tuple[str, tuple[models.Field, ...]]] = {}
 _inserts: dict[tuple[type[models.Model], str], tuple[str, tuple[models.Field, ...]]] = {}
@@ -38,7 +36,7 @@ def save_fields(instance: models.Model, fields: Iterable[str], *, using: str | N
     model = type(instance)
     if model.save is not models.Model.save:
         raise TypeError(f"save_fields({model.__name__}): the model overrides save(), which this would skip")
-    using = using or instance._state.db or context_databases.of_model(model)
+    using = using or instance._state.db or router.db_for_write(model)
     connection = connections[using]
     names = tuple(fields)
     statement = _statements.get((model, names, connection.vendor)) or _statement_for(model, names, connection)
@@ -83,7 +81,7 @@ def insert_row(instance: models.Model, *, using: str | None = None) -> None:
     model = type(instance)
     if model.save is not models.Model.save:
         raise TypeError(f"insert_row({model.__name__}): the model overrides save(), which this would skip")
-    using = using or context_databases.of_model(model)
+    using = using or router.db_for_write(model)
     connection = connections[using]
     meta = model._meta
     if instance.pk is None:

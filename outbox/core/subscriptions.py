@@ -18,7 +18,6 @@ from django.apps import apps
 from django.conf import settings
 from pydantic import BaseModel
 
-from outbox.core.context_databases import app_label
 from outbox.core.envelope import Envelope
 
 P = TypeVar("P")
@@ -62,6 +61,16 @@ class Subscription:
 
 
 _subscriptions: dict[str, dict[str, Subscription]] = {}
+# Module name -> the label of the installed app it belongs to (None: none), found once per module.
+_app_of_module: dict[str, str | None] = {}
+
+
+def app_label(module: str) -> str | None:
+    """The label of the installed app `module` belongs to (None: none), found once per module."""
+    if module not in _app_of_module:
+        app = apps.get_containing_app_config(module)
+        _app_of_module[module] = app.label if app is not None else None
+    return _app_of_module[module]
 
 
 def subscribe(

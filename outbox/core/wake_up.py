@@ -17,7 +17,7 @@ import redis
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
-from outbox.core.context_databases import connection
+from outbox.core.working_database import connection
 from outbox.observability.metrics import NOTIFY_UNHEARD
 
 logger = logging.getLogger(__name__)

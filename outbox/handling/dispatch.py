@@ -32,9 +32,8 @@ from opentelemetry.trace import SpanKind
 from psycopg.pq import TransactionStatus
 from pydantic import ValidationError
 
-from outbox.core import context_schemas
-from outbox.core.context_databases import current, working_in
-from outbox.core.context_databases import of as database_of
+from outbox import placement
+from outbox.core import working_database
 from outbox.core.contracts import upcast
 from outbox.core.dead_letters import (
     Reason,
@@ -91,7 +90,7 @@ def rolled_back(connection) -> bool:
 
 
 def _refuse_rolled_back_work(subscriber: str, envelope: Envelope) -> None:
-    if rolled_back(transaction.get_connection(current())):
+    if rolled_back(transaction.get_connection(working_database.current())):
         raise WorkRolledBack(
             f"{subscriber}'s handler of {envelope.type} went on after an error rolled its transaction back "
             "(a service's error or a failed statement caught inside the handler): nothing it did was kept"
@@ -125,19 +124,13 @@ def dispatch_for_outcome(
     the handler from running raises FailedInSharedTransaction, for the row to go."""
     started, outcome = time.perf_counter(), "retried"
     event_type = _field(body, "type")
-    # Its context's role, if it has one: kept by a worker's thread for its next message (of one
-    # context, most often), given back anywhere else (a test, outbox.testing.deliver).
-    context = context_of(subscriber)
-    role_before = context_schemas.enter(context)
     try:
-        # Its inbox, cursors and dead letters are beside its tables; through a pooler each transaction
-        # is given the role, and what the handler asked to run on commit too.
-        with working_in(database_of(context)), context_schemas.each_transaction_acting_as(context):
+        # In a worker its thread keeps the context's role for its next message; anywhere else (a
+        # test, outbox.testing.deliver) it is given back.
+        with placement.handling_for(subscriber, keep_role=CurrentMessage.get_current_message() is not None):
             outcome = _dispatch(subscriber, body, shared, failed, receipt)
         return outcome
     finally:
-        if CurrentMessage.get_current_message() is None:
-            context_schemas.leave(role_before)
         report = partial(_report, subscriber, body, event_type, outcome, time.perf_counter() - started)
         if reports is None:
             report()
@@ -286,9 +279,9 @@ def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error:
         record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
         return
     try:
-        with transaction.atomic(using=current()):
+        with transaction.atomic(using=working_database.current()):
             record_dead_letter(subscriber=subscriber, body=body, reason=reason, error=error)
-            with handling(envelope), context_schemas.acting_as(context_of(subscriber)):
+            with handling(envelope), placement.acting_as(context_of(subscriber)):
                 hook(envelope)
             _refuse_rolled_back_work(subscriber, envelope)  # or the letter itself would be rolled back
     except Exception as failure:  # the letter still gets written, saying the compensation failed too
@@ -333,7 +326,7 @@ def _handle_once(
     savepoint: bool = True,
     receipt: tuple[bool, bool] | None = None,
 ) -> str:
-    with transaction.atomic(using=current(), savepoint=savepoint):
+    with transaction.atomic(using=working_database.current(), savepoint=savepoint):
         first, dead_lettered = receipt if receipt is not None else first_receipt(sub.subscriber, envelope)
         if not first:
             InboxMessage.objects.filter(subscriber=sub.subscriber, message_id=envelope.message_id).update(
@@ -350,7 +343,7 @@ def _handle_once(
                 if dead_lettered:
                     close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
                 return "stale"
-        with handling(envelope), context_schemas.acting_as(sub.context):
+        with handling(envelope), placement.acting_as(sub.context):
             sub.handler(Received(envelope=envelope, payload=payload))
         _refuse_rolled_back_work(sub.subscriber, envelope)
         if dead_lettered:  # rare (a replay, or a copy the sweep gave up on): one UPDATE more

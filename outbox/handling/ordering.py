@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from django.db.models import F
 
-from outbox.core.context_databases import connection
+from outbox.core.working_database import connection
 from outbox.models import StreamCursor
 
 logger = logging.getLogger(__name__)

@@ -59,18 +59,17 @@ from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from outbox.core import context_schemas
-from outbox.core.context_databases import current, of_subscriber, working_in
+from outbox import placement
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import (
     HANDED_ON,
     actor_name,
     came_before,
-    context_of,
     message_to,
     queue_name,
     subscription,
 )
+from outbox.core.working_database import current
 from outbox.handling import log_context
 from outbox.handling.dispatch import (
     FailedInSharedTransaction,
@@ -90,7 +89,7 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone, those that may in one transaction;
     one to be retried is enqueued alone once what the pack did is committed."""
-    with working_in(of_subscriber(subscriber)):  # its inbox is beside its context's tables
+    with placement.handling_for(subscriber, keep_role=CurrentMessage.get_current_message() is not None):
         _dispatch_pack(subscriber, bodies, broker)
 
 
@@ -119,9 +118,7 @@ def _dispatch_pack(subscriber: str, bodies: list[Any], broker: dramatiq.Broker) 
             )
             break
         if together and unpacked.share and unpacked.may_share(position):
-            # Through a pooler the shared transaction, and what it asked to run on commit, under the role.
-            with context_schemas.each_transaction_acting_as(context_of(subscriber)):
-                position, owed, reports = _handle_together(unpacked, position, out_of_time)
+            position, owed, reports = _handle_together(unpacked, position, out_of_time)
         else:  # in a transaction of its own, committed before the next envelope starts
             owed, reports = [], []
             unpacked.handle(position, owed, reports)
@@ -156,7 +153,6 @@ def _handle_together(
     and its rows, across passes: a pass is rolled back to a savepoint taken once they are held, not
     with the transaction, so no later event of a held stream is applied in between, leaving the
     earlier one stale; the rows of envelopes that failed since are taken back in the next pass."""
-    context_schemas.enter(context_of(unpacked.subscriber))  # before the transaction, which cannot undo it
     run = _Run(start, start + 1)
     while run.end < len(unpacked.bodies) and unpacked.may_share(run.end):
         run.end += 1

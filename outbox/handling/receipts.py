@@ -13,10 +13,10 @@ from django.conf import settings
 from django.utils import timezone
 from pydantic import ValidationError
 
-from outbox.core.context_databases import connection
 from outbox.core.dead_letters import REPLAYABLE
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import subscription
+from outbox.core.working_database import connection
 from outbox.models import DeadLetter, InboxMessage
 
 

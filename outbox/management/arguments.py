@@ -72,8 +72,8 @@ duration_in_days.__doc__ = "Days from now (more than 0, a century at most): an e
 def kernel_database(parser: argparse.ArgumentParser, *, what: str) -> None:
     """`--database`, for a command that works on one database's kernel tables (a relay's, the sweep's,
     the pruning's): `default`, or one a context was put on (OUTBOX_CONTEXT_DATABASES). The command
-    then calls `outbox.core.context_databases.serve` with it."""
-    from outbox.core.context_databases import kernel_databases  # the settings: read when the command is built
+    then calls `outbox.core.working_database.serving` with it."""
+    from outbox.core.working_database import kernel_databases  # the settings: read when the command is built
 
     parser.add_argument(
         "--database",

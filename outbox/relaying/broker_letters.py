@@ -29,9 +29,9 @@ from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
 from outbox.core.brokers import reconnected_if_lost
-from outbox.core.context_databases import current, of_subscriber
 from outbox.core.dead_letters import Reason, record_dead_letter
-from outbox.core.subscriptions import PACK, is_pack, queue_name, subscribers
+from outbox.core.subscriptions import PACK, is_pack, queue_name
+from outbox.core.working_database import current
 from outbox.models import InboxMessage
 
 logger = logging.getLogger(__name__)
@@ -43,15 +43,16 @@ class SetAsideByTheBroker(Exception):
     """Why a message found in a subscriber's dead-letter queue is a dead letter."""
 
 
-def collect_broker_dead_letters(broker: dramatiq.Broker, *, limit: int = 1000) -> int:
-    """Move what waits in each subscriber's `.XQ` into the dead-letter store; how many it moved."""
+def collect_broker_dead_letters(broker: dramatiq.Broker, here: list[str], *, limit: int = 1000) -> int:
+    """Move what waits in the `.XQ` of each subscriber `here` into the dead-letter store (they have their
+    letters and inbox on the database worked in: another database's relay takes the rest); how many
+    it moved."""
     if not isinstance(broker, RabbitmqBroker):
         return 0
     # This thread's connection sits idle a sweep interval between uses: opened again if it was lost.
     reconnected_if_lost(broker)
     moved, failed = 0, None
-    # The subscribers whose letters and inbox are on this relay's database: another's relay takes the rest.
-    for subscriber in sorted(s for s in subscribers() if of_subscriber(s) == current()):
+    for subscriber in sorted(here):
         queue = xq_name(queue_name(subscriber))
         try:
             while moved < limit:

@@ -21,8 +21,8 @@ from django.db import DatabaseError, close_old_connections, connections
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from outbox.core.context_databases import connection, kernel_databases
 from outbox.core.subscriptions import envelopes_handled
+from outbox.core.working_database import connection, kernel_databases
 
 logger = logging.getLogger(__name__)
 

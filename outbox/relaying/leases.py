@@ -14,7 +14,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Greatest, Now
 from django.utils import timezone
 
-from outbox.core.context_databases import connection, current
+from outbox.core.working_database import connection, current
 from outbox.models import OutboxMessage
 
 

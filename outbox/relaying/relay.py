@@ -23,6 +23,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import dramatiq
 import pika
@@ -33,10 +34,11 @@ from django.utils import timezone
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
+from outbox import placement
 from outbox.core import wake_up
-from outbox.core.context_databases import current, of_subscriber, working_in
 from outbox.core.dead_letters import Reason, record_dead_letter
-from outbox.core.subscriptions import message_to, queue_name, subscribers_of
+from outbox.core.subscriptions import message_to, queue_name, subscribers, subscribers_of
+from outbox.core.working_database import current, working_in
 from outbox.models import OutboxMessage
 from outbox.observability import tracing
 from outbox.observability.metrics import RELAYED, SEND_FAILURES
@@ -371,6 +373,10 @@ class Relay:
             return
         self._set_aside(row, failure.error, attempts=row.send_attempts)
 
+    def _subscribers_here(self) -> list[str]:
+        """The subscribers whose inbox and letters are on this relay's database."""
+        return [s for s in subscribers() if placement.database_of_subscriber(s) == current()]
+
     def _set_aside(self, row: OutboxMessage, error: Exception, *, attempts: int) -> None:
         """A dead letter (`unsendable`) for each subscriber the row has not reached, and the row
         marked published, in one transaction."""
@@ -381,7 +387,7 @@ class Relay:
         with transaction.atomic(using=current()):
             for subscriber in self._not_reached(row):  # one whose copy got through needs no replay
                 # Beside its inbox: on another database, committed at once (set aside again, it adds up).
-                with working_in(of_subscriber(subscriber)):
+                with working_in(placement.database_of_subscriber(subscriber)):
                     record_dead_letter(
                         subscriber=subscriber, body=body, reason=Reason.UNSENDABLE, error=error, attempts=attempts
                     )
@@ -408,7 +414,8 @@ class Relay:
         outage_since: float | None = None
         backoff = 0.5
         # Beside the sweep: what the broker set aside unread becomes a dead letter the console shows.
-        sweeper = None if once else Sweeper(stop, also=(lambda: collect_broker_dead_letters(self.broker),))
+        collect = partial(collect_broker_dead_letters, self.broker, self._subscribers_here())
+        sweeper = None if once else Sweeper(stop, also=(collect,))
         if sweeper is not None:
             sweeper.start()
         try:

@@ -29,9 +29,10 @@ from django.db import DatabaseError, close_old_connections, connections, transac
 from django.db.models import F, Q
 from django.utils import timezone
 
-from outbox.core.context_databases import connection, current, of_subscriber, routed, working_in
+from outbox import placement
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import subscribers, subscribers_of
+from outbox.core.working_database import connection, current, working_in
 from outbox.models import DeadLetter, InboxMessage, Lock, OutboxMessage
 from outbox.observability.metrics import SWEPT
 
@@ -150,8 +151,8 @@ def _settle_acknowledged(ids: list[int], *, now) -> set[int]:
 
 def _every_inbox_here() -> bool:
     """Whether every subscriber's inbox and letters are on this database, as on the default
-    topology: a context on a database of its own (outbox.core.context_databases) has them on its."""
-    return not routed() or all(of_subscriber(s) == current() for s in subscribers())
+    topology: a context on a database of its own (outbox.placement.databases) has them on its."""
+    return not placement.routed() or all(placement.database_of_subscriber(s) == current() for s in subscribers())
 
 
 def lag_seconds(*, grace: float | None = None) -> float:
@@ -201,7 +202,7 @@ def _unacknowledged(rows: list[OutboxMessage]) -> tuple[dict[UUID, list[str]], s
     missing: dict[UUID, list[str]] = {}
     unread: set[UUID] = set()
     for subscriber, ids in wanted.items():
-        where = of_subscriber(subscriber)  # its inbox is beside its context's tables
+        where = placement.database_of_subscriber(subscriber)  # its inbox is beside its context's tables
         try:
             done = _acknowledged(subscriber, ids, where)
         except DatabaseError as error:
@@ -302,7 +303,7 @@ def _give_up(row: OutboxMessage, subscriber: str, copy: OutboxMessage | None, *,
     if spent:
         # Beside the subscriber's inbox, on its database (committed there before this page commits:
         # should the page roll back, the next one finds the letter and settles the row).
-        with working_in(of_subscriber(subscriber)):
+        with working_in(placement.database_of_subscriber(subscriber)):
             record_dead_letter(
                 subscriber=subscriber,
                 body=row.envelope(),

@@ -90,7 +90,7 @@ def _page(operator, port: int, path: str, fields: dict | None = None) -> tuple[s
 # A letter the drones' handler left of a delivery's request, as dispatch records it, in the drones'
 # database (where their inbox is): the operator's to find and replay from the admin.
 DRONES_LETTER = """
-from outbox.core.context_databases import working_in
+from outbox.core.working_database import working_in
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.models import OutboxMessage
 event = OutboxMessage.objects.using("default").get(

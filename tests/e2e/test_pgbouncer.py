@@ -177,10 +177,10 @@ def test_nothing_that_ships_keeps_state_in_a_database_session():
                 # A context's role and the search_path are set for a session only on a direct
                 # connection (`_per_session`); through a pooler, SET LOCAL: tests/test_context_schemas.py
                 # captures the statements of a request through one.
-                or (source.name == "context_schemas.py" and ("ROLE" in code or "search_path" in code))
+                or (source.name == "roles.py" and ("ROLE" in code or "search_path" in code))
                 # migrate's session takes the search_path it sets for the database, which every
-                # session begun since has, and which it ends those begun before for (context_grants).
-                or (source.name == "context_grants.py" and "search_path" in code)
+                # session begun since has, and which it ends those begun before for (placement.grants).
+                or (source.name == "grants.py" and "search_path" in code)
             ):
                 found.append(f"{source.relative_to(base)}:{number}: {line.strip()}")
     assert advisory >= 3  # the scheduler's line, idempotency keys, notify-me

@@ -11,7 +11,7 @@ from outbox.console.dead_letter_actions import discard_dead_letter, replay_dead_
 from outbox.core.brokers import broker_urls
 from outbox.core.dead_letters import record_dead_letter, resolve_processed
 from outbox.core.envelope import Envelope
-from outbox.core.subscriptions import message_to, pack_of, queue_name
+from outbox.core.subscriptions import message_to, pack_of, queue_name, subscribers
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relaying.broker_letters import collect_broker_dead_letters
@@ -43,11 +43,11 @@ def test_a_message_whose_letter_cannot_be_written_stays_in_xq_for_the_next_sweep
     xq = set_aside(broker, "probe_a", pack_of([message_to("probe_a", envelope) for envelope in sent]))
 
     with pytest.raises(DatabaseError, match="dead-letter store unavailable"):
-        collect_broker_dead_letters(broker)
+        collect_broker_dead_letters(broker, subscribers())
     assert not DeadLetter.objects.exists()
     dead_letter_store_down()  # the database is back
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
     assert sorted(str(m) for m in DeadLetter.objects.values_list("message_id", flat=True)) == sorted(
         envelope["message_id"] for envelope in sent
     )
@@ -62,7 +62,7 @@ def test_an_envelope_in_a_pack_only_another_subscriber_processed_still_gets_this
     assert dispatch(subscriber="probe_b", body=processed_by_b)
     set_aside(broker, "probe_a", pack_of([message_to("probe_a", e) for e in (processed_by_b, processed_by_none)]))
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
 
     letters = DeadLetter.objects.filter(subscriber="probe_a").order_by("id")
     assert [str(letter.message_id) for letter in letters] == [
@@ -79,7 +79,7 @@ def test_an_unreadable_message_with_nul_bytes_becomes_a_letter_and_leaves_xq(bro
     with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
         connection.channel().basic_publish("", xq_name(queue), b"\x1f\x8b\x00binary", pika.BasicProperties())
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
 
     letter = DeadLetter.objects.get()
     assert (letter.reason, letter.envelope) == ("unreadable", {"unreadable": "\x1f\ufffd\ufffdbinary", "bytes": 9})
@@ -100,7 +100,7 @@ def test_a_pack_set_aside_in_xq_leaves_earlier_letters_their_reason_and_a_closed
         resolve_processed(subscriber="probe_a", envelope=Envelope.model_validate(processed))
     set_aside(broker, "probe_a", pack_of([message_to("probe_a", envelope) for envelope in sent]))
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
 
     after = {str(letter.message_id): letter for letter in DeadLetter.objects.all()}
     assert {(e["message_id"], after[e["message_id"]].reason, after[e["message_id"]].status) for e in sent} == {
@@ -123,7 +123,7 @@ def test_an_envelope_no_letter_can_hold_is_kept_as_text_and_leaves_xq(broker, tr
     envelope["payload"]["note"] = "a NUL \x00 here"
     xq = set_aside(broker, "probe_a", message_to("probe_a", envelope))
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
 
     letter = DeadLetter.objects.get()
     assert letter.reason == "unreadable" and "\\u0000" in letter.envelope["unreadable"]
@@ -154,7 +154,7 @@ def test_a_queue_whose_letter_cannot_be_written_leaves_the_other_queues_collecte
         )
     try:
         with pytest.raises(DatabaseError, match="probe_a's letters refused"):
-            collect_broker_dead_letters(broker)
+            collect_broker_dead_letters(broker, subscribers())
     finally:
         with connection.cursor() as cursor:
             cursor.execute(

@@ -54,7 +54,7 @@ def test_an_unacceptable_message_is_dead_lettered_at_once(worker, deliver, broke
 
 
 def test_a_handler_that_swallows_its_services_error_is_retried_then_dead_lettered_not_acked(worker, deliver, broker):
-    # The service raised inside outbox.core.publishing.atomic, which joins the handler's transaction
+    # The service raised inside outbox.placement.atomic, which joins the handler's transaction
     # without a savepoint: the transaction is marked for rollback, the handler returns anyway.
     body = envelope(payload={"n": 1, "fail": {"probe_a": "swallow"}})
     deliver("probe_a", body)

@@ -18,7 +18,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from outbox.core.brokers import broker_urls
 from outbox.core.dead_letters import record_dead_letter
-from outbox.core.subscriptions import PACK, actor_name, is_pack, message_to, pack_of, queue_name
+from outbox.core.subscriptions import PACK, actor_name, is_pack, message_to, pack_of, queue_name, subscribers
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relaying.broker_letters import collect_broker_dead_letters
 from outbox.relaying.publishers import PipelinedPublisher
@@ -187,7 +187,7 @@ def test_a_pack_dramatiq_set_aside_becomes_a_dead_letter_for_each_envelope_it_ca
     with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
         connection.channel().basic_publish("", xq_name(queue), pack.encode(), pika.BasicProperties(delivery_mode=2))
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
 
     letters = DeadLetter.objects.order_by("id")
     assert [(letter.reason, letter.envelope) for letter in letters] == [("failed_by_dramatiq", e) for e in sent]
@@ -448,7 +448,7 @@ def test_a_pack_set_aside_after_some_of_it_was_processed_gets_letters_for_the_re
     with pika.BlockingConnection(pika.URLParameters(broker_urls(settings.BROKER_URL)[0])) as connection:
         connection.channel().basic_publish("", xq_name(queue), pack.encode(), pika.BasicProperties(delivery_mode=2))
 
-    assert collect_broker_dead_letters(broker) == 1
+    assert collect_broker_dead_letters(broker, subscribers()) == 1
 
     letters = DeadLetter.objects.order_by("id")
     assert [letter.envelope for letter in letters] == [left, {"args": ["not an envelope"], "kwargs": {}}]

@@ -2,9 +2,9 @@ from uuid import UUID
 
 from django.db import connection, transaction
 
-from outbox.core.publishing import atomic as outbox_atomic
 from outbox.core.publishing import publish
 from outbox.core.saving import insert_row
+from outbox.placement import atomic as outbox_atomic
 from tests.probe.events import ProbeEchoed, ProbePinged, ProbeSent, ProbeSentCarelessly, ProbeUndoRequested
 from tests.probe.models import Effect, Ping
 
@@ -41,8 +41,8 @@ def record_effect(*, subscriber: str, message_id: UUID, type: str, n: int, echo:
 
 
 def refuse_inside_a_service(*, n: int) -> None:
-    """A service whose refusal comes after a write, inside `outbox.core.publishing.atomic`."""
-    with outbox_atomic():
+    """A service whose refusal comes after a write, inside `outbox.placement.atomic`."""
+    with outbox_atomic("probe"):
         Ping.objects.create(n=n)
         raise Exploded("the service refused")
 

@@ -13,7 +13,7 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from outbox.core.context_databases import working_in
+from outbox.core.working_database import working_in
 from outbox.models import DeadLetter, Heartbeat, OutboxMessage
 from tests.factories import a_dead_letter
 

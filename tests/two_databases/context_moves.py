@@ -16,10 +16,10 @@ from django.db import DatabaseError, connections
 
 from drones.models import Assignment, Drone
 from drones.services import seed_fleet
-from outbox.core.context_databases import of_subscriber
-from outbox.core.context_moves import CannotMove, move_context
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
+from outbox.placement import database_of_subscriber as of_subscriber
+from outbox.placement.moves import CannotMove, move_context
 from tests.factories import BASE, delivery_request, requested
 
 pytestmark = pytest.mark.django_db(databases="__all__")

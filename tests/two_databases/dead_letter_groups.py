@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 from django.test import Client
 
-from outbox.core.context_databases import working_in
+from outbox.core.working_database import working_in
 from outbox.models import DeadLetter
 from tests.factories import a_dead_letter
 

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from deliveries.models import Delivery
-from outbox.core.context_databases import working_in
+from outbox.core.working_database import working_in
 from outbox.models import InboxMessage, OutboxMessage
 from outbox.relaying.sweep import Sweeper
 from tests.factories import requested

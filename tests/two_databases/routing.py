@@ -4,9 +4,9 @@ own: run by tests/test_two_databases.py in a pytest of its own with CONTEXT_DATA
 import pytest
 from django.db import connection, connections
 
-from outbox.core import context_schemas
-from outbox.core.context_databases import working_in
+from outbox.core.working_database import working_in
 from outbox.models import DeadLetter
+from outbox.placement import roles
 from tests.factories import a_dead_letter
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
@@ -42,15 +42,15 @@ def test_a_context_on_a_database_of_its_own_sets_no_role_on_defaults_connection(
     """It is alone on its database and touches nothing of `default`'s: its code runs there as the
     project's role (on `default` its role would be refused its own tables, which are not there)."""
     operator = current_user("default")
-    before = context_schemas.enter("drones")
+    before = roles.enter("drones")
     try:
         assert current_user("default") == operator
-        with context_schemas.acting_as("drones"):
+        with roles.acting_as("drones"):
             assert current_user("default") == operator
-        before_deliveries = context_schemas.enter("deliveries")  # a context on default: its role, as ever
-        assert current_user("default") == context_schemas.role_of("deliveries")
-        context_schemas.leave(before_deliveries)
+        before_deliveries = roles.enter("deliveries")  # a context on default: its role, as ever
+        assert current_user("default") == roles.role_of("deliveries")
+        roles.leave(before_deliveries)
     finally:
-        context_schemas.leave(before)
+        roles.leave(before)
     assert current_user("default") == operator
     assert connection.vendor == "postgresql"

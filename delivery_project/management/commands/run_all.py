@@ -15,7 +15,7 @@ from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
 from outbox.core.brokers import describe
-from outbox.core.context_databases import kernel_databases
+from outbox.core.working_database import kernel_databases
 from outbox.management.arguments import port, whole_number
 
 

@@ -4,7 +4,7 @@ from outbox.api import atomic, publish
 
 
 def place_order(*, item: str) -> Order:
-    with atomic():
+    with atomic("orders"):
         order = Order.objects.create(item=item)
         publish(OrderPlaced(order_id=order.pk, item=item), stream=f"order:{order.pk}")
         return order

@@ -4,8 +4,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
-from outbox.core.context_databases import serving
 from outbox.core.dead_letters import Reason
+from outbox.core.working_database import serving
 from outbox.management.arguments import kernel_database
 from outbox.models import DeadLetter
 

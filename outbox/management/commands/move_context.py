@@ -5,10 +5,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, connections
 
-from outbox.core.context_databases import kernel_databases
-from outbox.core.context_moves import CannotMove, Moved, move_context
+from outbox.core.working_database import kernel_databases
 from outbox.management.arguments import whole_number
 from outbox.models import Heartbeat
+from outbox.placement.moves import CannotMove, Moved, move_context
 from outbox.relaying.heartbeats import alive, interval
 
 

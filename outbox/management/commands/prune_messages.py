@@ -4,8 +4,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from outbox.core.context_databases import serving
 from outbox.core.retention import Pruned, prune
+from outbox.core.working_database import serving
 from outbox.management.arguments import duration_in_days, kernel_database, whole_number
 
 

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Min
 
-from outbox.core.context_databases import serving
+from outbox.core.working_database import serving
 from outbox.management.arguments import kernel_database, number, port, whole_number
 from outbox.models import OutboxMessage
 from outbox.observability.metrics import serve_metrics

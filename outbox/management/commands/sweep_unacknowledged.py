@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from outbox.core.context_databases import serving
+from outbox.core.working_database import serving
 from outbox.management.arguments import kernel_database, whole_number
 from outbox.relaying.sweep import sweep_unacknowledged
 

@@ -7,7 +7,7 @@ from tests.guide.receipts.models import Receipt
 
 def issue_receipt(*, delivery_id: UUID) -> Receipt:
     """One receipt per delivery, announced in the same transaction that stores it."""
-    with atomic():
+    with atomic("receipts"):
         receipt, created = Receipt.objects.get_or_create(
             delivery_id=delivery_id, defaults={"number": f"R-{delivery_id.hex[:8].upper()}"}
         )

@@ -26,10 +26,10 @@ from django.apps import apps
 from django.core.management.color import no_style
 from django.db import OperationalError, connections, models, transaction
 
-from outbox.core.context_databases import of
-from outbox.core.context_rows import published_as
 from outbox.core.subscriptions import context_of, subscribers
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
+from outbox.placement.databases import database_of
+from outbox.placement.rows import published_as
 
 
 class CannotMove(Exception):
@@ -53,7 +53,7 @@ def move_context(
 ) -> list[Moved]:
     """Copy `label`'s rows and its kernel rows from `source` onto `target` (its database, as the
     settings say), check, then delete them from `source`. Returns what each table moved."""
-    target = target or of(label)
+    target = target or database_of(label)
     if target == source:
         raise CannotMove(f"{label!r} would move from {source!r} to {source!r}: set OUTBOX_CONTEXT_DATABASES first")
     own = _own_models(label)

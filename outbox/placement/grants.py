@@ -1,7 +1,7 @@
 """What `migrate` makes of `OUTBOX_CONTEXTS` on PostgreSQL: each context's schema and role, the
 grants of both (a role's own schema whole; of the kernel's tables, what the kernel does there for
 it), the kernel's schema, and the database's search_path, which a pooler's old server sessions do
-not have. Which role runs what, at run time, is outbox.core.context_schemas'.
+not have. Which role runs what, at run time, is outbox.placement.roles'.
 
 Why after `migrate` rather than in migrations: `db_table` stays unqualified, so the models, their
 migrations and SQLite are the same everywhere; a table Django creates lands in `public`, first in
@@ -15,9 +15,9 @@ from django.apps import apps
 from django.conf import settings
 from django.db import connections, transaction
 
-from outbox.core.context_rows import own_rows
-from outbox.core.context_schemas import enabled, role_of, search_path
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
+from outbox.placement.roles import enabled, role_of, search_path
+from outbox.placement.rows import own_rows
 
 
 def own_schemas(*, using: str = "default") -> list[str]:
@@ -73,7 +73,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
 
 
 # What a context's role may do with each of the kernel's tables: what the kernel does there for its
-# code, on its own rows (outbox.core.context_rows). Heartbeats and the kernel's locks are the
+# code, on its own rows (outbox.placement.rows). Heartbeats and the kernel's locks are the
 # operator's alone, and of the kernel's sequences a role may only take the next number (USAGE:
 # nextval, never setval).
 KERNEL_PRIVILEGES = {

@@ -1,9 +1,9 @@
 """Each context's own outbox, inbox, cursors and dead letters, on a database it shares: PostgreSQL's
 row-level security on the kernel's tables.
 
-The kernel's tables are one set per database (outbox.core.context_databases puts a set on every
+The kernel's tables are one set per database (outbox.placement.databases puts a set on every
 database a context is on), so that a context's state and its events stay in one transaction. On a
-database several contexts share, each context's role (outbox.core.context_schemas) may read and
+database several contexts share, each context's role (outbox.placement.roles) may read and
 write only its own rows of them:
 
 - `outbox_outboxmessage`: the events it published (`source`, the app that declares them); and it
@@ -14,7 +14,7 @@ write only its own rows of them:
 So to the role of `invoices` the outbox holds the invoices' events and nothing else: a query for the
 orders' events finds none, and an event written under another context's name, or of another
 context's type, is refused ("new row violates row-level security policy"). What a role may do
-with each table at all is context_grants' `KERNEL_PRIVILEGES`. The project's role owns the
+with each table at all is outbox.placement.grants' `KERNEL_PRIVILEGES`. The project's role owns the
 tables and is not bound by their policies: the relay, the sweep, the admin and the console read
 every context's rows, as the story of a correlation id is (`correlation_timeline` reads it as the
 operator, wherever it is called from: a story shown through one context's API is every context's
@@ -34,7 +34,10 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections, transaction
 
+from outbox.core.contracts import contracts
+from outbox.core.subscriptions import context_of, subscribers, subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
+from outbox.placement.roles import role_of
 
 
 def _literal(text: str) -> str:
@@ -49,10 +52,6 @@ def published_as(label: str) -> str:
 def policies() -> dict[tuple[str, str], str]:
     """(kernel table, context role) -> the policy's conditions: the rows the role may see (USING),
     and on the outbox the rows it may write (WITH CHECK)."""
-    from outbox.core.context_schemas import role_of
-    from outbox.core.contracts import contracts
-    from outbox.core.subscriptions import context_of, subscribers, subscribers_of
-
     wanted = {}
     for label in settings.OUTBOX_CONTEXTS:
         role = role_of(label)
@@ -113,8 +112,6 @@ def each_context_publishes_under_its_own_name(app_configs=None, **kwargs):
     """The policy lets a context's role write the events whose `source` is its app's name, as
     `Event.source()` reads it from the module that declares them: an event declared elsewhere
     (`orders/events/v2.py` says "events") would be refused at its first publish()."""
-    from outbox.core.contracts import contracts
-
     found = []
     for event in contracts().values():
         app = apps.get_containing_app_config(event.__module__)

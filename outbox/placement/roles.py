@@ -17,7 +17,7 @@ Who runs under which role:
   project connects as, which owns every schema: they read across contexts by design (the story of
   one correlation id is every context's rows), and migrations need the owner.
 
-The schemas, roles and grants are made by `migrate` (outbox.core.context_grants); every
+The schemas, roles and grants are made by `migrate` (outbox.placement.grants); every
 connection's `search_path` names every schema, so the models' unqualified tables are found there.
 
 Session or transaction: on a direct connection a role is set for the session, only when it changes
@@ -39,7 +39,9 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 from django.db.backends.signals import connection_created
 from psycopg.pq import TransactionStatus
 
-from outbox.core import context_databases
+from outbox.core.subscriptions import context_of, subscribers
+from outbox.core.working_database import kernel_databases
+from outbox.placement.databases import database_of
 
 OPERATOR = None  # the role the project connects as: the owner of every schema
 _UNKNOWN = object()  # a session whose role is being set
@@ -60,7 +62,7 @@ def role_of(context: str | None) -> str | None:
 def _runs_as(context: str | None) -> str | None:
     """The role set on `default`'s connection for `context`'s code: the operator's for a context on a
     database of its own, which is alone there and touches nothing of `default`'s (no SET ROLE)."""
-    return role_of(context) if context_databases.of(context) == DEFAULT_DB_ALIAS else OPERATOR
+    return role_of(context) if database_of(context) == DEFAULT_DB_ALIAS else OPERATOR
 
 
 def search_path() -> str:
@@ -243,7 +245,7 @@ def set_search_path_and_role(sender, connection, **kwargs) -> None:
     covers one opened before, or a role that may not ALTER DATABASE; once for each psycopg
     connection. Not through a pooler: its server sessions have the database's, and a SET would
     follow one to another client. Then the role this thread wants (`enter`)."""
-    if not _per_session(connection) or connection.alias not in context_databases.kernel_databases():
+    if not _per_session(connection) or connection.alias not in kernel_databases():
         return  # another alias (a replica, a report's database): none of the contexts' tables
     if not getattr(connection.connection, "_outbox_search_path", False):
         with connection.cursor() as cursor:
@@ -253,7 +255,7 @@ def set_search_path_and_role(sender, connection, **kwargs) -> None:
         _apply(connection)
 
 
-connection_created.connect(set_search_path_and_role, dispatch_uid="outbox.context_schemas.search_path")
+connection_created.connect(set_search_path_and_role, dispatch_uid="outbox.placement.roles.search_path")
 
 
 def context_roles(get_response):
@@ -284,8 +286,6 @@ def contexts_are_apps_and_own_their_handlers(app_configs=None, **kwargs):
     """Each listed context must be an installed app (its tables are found through it); and a
     subscriber whose handlers live outside every listed context runs as the project's own role,
     which owns every table: said, so that it is a choice."""
-    from outbox.core.subscriptions import context_of, subscribers
-
     if not settings.OUTBOX_CONTEXTS:
         return []
     found = [
