@@ -38,7 +38,7 @@ from outbox.console.timeline import causal_order
 from outbox.core import subscriptions
 from outbox.core.envelope import Envelope
 from outbox.core.working_database import kernel_databases
-from outbox.handling.dispatch import dispatch, dispatch_for_outcome
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 
@@ -154,11 +154,11 @@ def deliver(
         )
     caused_by = Q(causation_id=envelope.message_id)
     caused_before = {(row._state.db, row.id) for row in _rows(None, caused_by)}
-    outcome = dispatch_for_outcome(subscriber=subscriber, body=_wire_form(envelope))
-    letter = _letter(subscriber, envelope.message_id) if outcome == "dead_lettered" else None
+    outcome = dispatch(subscriber=subscriber, body=_wire_form(envelope))
+    letter = _letter(subscriber, envelope.message_id) if outcome is Outcome.DEAD_LETTERED else None
     caused = [row for row in _rows(None, caused_by) if (row._state.db, row.id) not in caused_before]
     return Handed(
-        outcome=outcome,
+        outcome=outcome.value,
         envelope=envelope,
         dead_letter=letter,
         published=tuple(Envelope.model_validate(row.envelope(traced=False)) for row in caused),

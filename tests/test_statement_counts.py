@@ -56,7 +56,7 @@ def test_a_stale_copy_without_a_letter_is_not_looked_up_among_the_letters(custom
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from outbox.handling.dispatch import dispatch
+    from outbox.handling.dispatch import Outcome, dispatch
     from outbox.models import DeadLetter
     from tests.factories import requested
 
@@ -66,7 +66,7 @@ def test_a_stale_copy_without_a_letter_is_not_looked_up_among_the_letters(custom
     choreography.hand_over(last)
 
     with CaptureQueriesContext(connection) as statements:
-        assert dispatch(subscriber="deliveries", body=first.envelope()) is False  # stale
+        assert dispatch(subscriber="deliveries", body=first.envelope()) is Outcome.STALE
 
     letters = DeadLetter._meta.db_table
     reading_letters = [query["sql"] for query in statements.captured_queries if letters in query["sql"]]

@@ -13,7 +13,9 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from functools import partial
 from typing import Any
 
@@ -59,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 class WorkRolledBack(RuntimeError):
     """A handler returned after an error had rolled its transaction back: a service raised inside
-    `outbox.core.publishing.atomic` (which joins the handler's transaction without a savepoint), or
+    `outbox.placement.atomic` (which joins the handler's transaction without a savepoint), or
     a statement failed, and the handler caught it. Nothing it did would be kept, its inbox row
     included, so it is retried and then dead-lettered like any failure instead of being
     acknowledged as processed."""
@@ -97,54 +99,98 @@ def _refuse_rolled_back_work(subscriber: str, envelope: Envelope) -> None:
         )
 
 
-def dispatch(*, subscriber: str, body: Any) -> bool:
-    """Process `body` for `subscriber`; True if the handler ran, False if skipped or dead."""
-    return dispatch_for_outcome(subscriber=subscriber, body=body) == "processed"
+class Outcome(Enum):
+    """What came of a message for one subscriber."""
+
+    PROCESSED = "processed"  # the handler ran and its work was kept
+    DUPLICATE = "duplicate"  # its inbox held the message already: the handler did not run again
+    STALE = "stale"  # an ordered subscriber was past its place in its stream
+    DEAD_LETTERED = "dead_lettered"  # set aside, with its reason
+    RETRIED = "retried"  # raised, to be retried (Dramatiq's Retry, or any failure)
 
 
-def dispatch_for_outcome(
-    *,
-    subscriber: str,
-    body: Any,
-    reports: list[Callable[[], None]] | None = None,
-    shared: bool = False,
-    failed: BaseException | None = None,
-    receipt: tuple[bool, bool] | None = None,
-) -> str:
-    """What `dispatch` does, saying what came of it: processed, duplicate, stale or dead_lettered.
-    A test handing one message to one subscriber (`outbox.testing.deliver`) reports it, where a
-    worker needs only to know whether the handler ran. Raises what is to be retried.
+def dispatch(*, subscriber: str, body: Any) -> Outcome:
+    """A message come alone: its handler's work and its inbox row in a transaction of its own, its
+    outcome counted and logged at once. Raises what is to be retried."""
+    return _dispatched(subscriber, body, _ALONE)
 
-    For a pack's shared transaction (`outbox.handling.packs`): given `reports`, the outcome is left
-    there to be counted and logged once that transaction commits, never for work rolled back with
-    it; `shared`, the handler's work joins the caller's transaction without a savepoint, and any
-    failure of it raises FailedInSharedTransaction; `failed`, the handler is not run again, and the
-    error it raised in a transaction since rolled back takes the path it would have taken alone;
-    `receipt`, its inbox row was written with the pack's (`receive_together`), and whatever keeps
-    the handler from running raises FailedInSharedTransaction, for the row to go."""
-    started, outcome = time.perf_counter(), "retried"
+
+def dispatch_in_pack(*, subscriber: str, body: Any, turn: "PackTurn") -> Outcome:
+    """An envelope's turn in a pack (outbox.handling.packs): as if it had come alone, but its
+    outcome is said once the pack's transaction commits, and, sharing that transaction, a failure
+    of its handler raises FailedInSharedTransaction for the pack to be handled again without it."""
+    return _dispatched(subscriber, body, turn)
+
+
+class _Alone:
+    """The path of a message come alone."""
+
+    failed = None
+
+    def handle(self, sub: Subscription, envelope: Envelope, payload: Any) -> Outcome:
+        return _handle_once(sub, envelope, payload)
+
+    def kept_from_its_handler(self, error: BaseException) -> None:
+        """Nothing to undo: nothing was written before its transaction."""
+
+    def say(self, report: Callable[[], None]) -> None:
+        report()
+
+
+_ALONE = _Alone()
+
+
+@dataclass
+class PackTurn:
+    """An envelope's turn in a pack. Its outcome goes to `reports`, said once the pack's transaction
+    commits, never for work rolled back with it. `shared`: its handler's work joins the pack's
+    transaction without a savepoint. `failed`: its handler failed in a pass since rolled back, and
+    is not run again; the error takes the path it would have taken alone. `receipt`: its inbox row
+    was written with the pack's (`receive_together`)."""
+
+    reports: list[Callable[[], None]]
+    shared: bool = False
+    failed: BaseException | None = None
+    receipt: tuple[bool, bool] | None = None
+
+    def handle(self, sub: Subscription, envelope: Envelope, payload: Any) -> Outcome:
+        if not self.shared:
+            return _handle_once(sub, envelope, payload)
+        try:
+            return _handle_once(sub, envelope, payload, savepoint=False, receipt=self.receipt)
+        except (Exception, TimeLimitExceeded) as error:
+            raise FailedInSharedTransaction(error) from error
+
+    def kept_from_its_handler(self, error: BaseException) -> None:
+        """Its inbox row, written with the pack's, must not stay: the pack's transaction is handled
+        again without this envelope, whose error then takes its path."""
+        if self.receipt is not None and self.receipt[0]:
+            raise FailedInSharedTransaction(error) from error
+
+    def say(self, report: Callable[[], None]) -> None:
+        self.reports.append(report)
+
+
+def _dispatched(subscriber: str, body: Any, path: "_Alone | PackTurn") -> Outcome:
+    started, outcome = time.perf_counter(), Outcome.RETRIED
     event_type = _field(body, "type")
     try:
         # In a worker its thread keeps the context's role for its next message; anywhere else (a
         # test, outbox.testing.deliver) it is given back.
         with placement.handling_for(subscriber, keep_role=CurrentMessage.get_current_message() is not None):
-            outcome = _dispatch(subscriber, body, shared, failed, receipt)
+            outcome = _dispatch(subscriber, body, path)
         return outcome
     finally:
-        report = partial(_report, subscriber, body, event_type, outcome, time.perf_counter() - started)
-        if reports is None:
-            report()
-        else:
-            reports.append(report)
+        path.say(partial(_report, subscriber, body, event_type, outcome, time.perf_counter() - started))
 
 
-def _report(subscriber: str, body: Any, event_type: str, outcome: str, seconds: float) -> None:
-    HANDLED.labels(subscriber, event_type, outcome).inc()
+def _report(subscriber: str, body: Any, event_type: str, outcome: Outcome, seconds: float) -> None:
+    HANDLED.labels(subscriber, event_type, outcome.value).inc()
     HANDLER_SECONDS.labels(subscriber, event_type).observe(seconds)
     _log_handled(subscriber, body, event_type, outcome, seconds)
 
 
-def _log_handled(subscriber: str, body: Any, event_type: str, outcome: str, seconds: float) -> None:
+def _log_handled(subscriber: str, body: Any, event_type: str, outcome: Outcome, seconds: float) -> None:
     """One line per message, as task queues log each task (Celery: received, succeeded in 0.01 s):
     `grep <correlation id>` finds every handler a story went through, with its outcome and time."""
     level = logging.getLevelName(settings.OUTBOX_HANDLED_LOG_LEVEL)
@@ -155,7 +201,7 @@ def _log_handled(subscriber: str, body: Any, event_type: str, outcome: str, seco
         level,
         "%s %s %s message=%s correlation=%s in %.1f ms",
         subscriber,
-        outcome,
+        outcome.value,
         event_type,
         message_id,
         correlation_id,
@@ -165,7 +211,7 @@ def _log_handled(subscriber: str, body: Any, event_type: str, outcome: str, seco
             "event_type": event_type,
             "message_id": message_id,
             "correlation_id": correlation_id,
-            "outcome": outcome,
+            "outcome": outcome.value,
             "duration_ms": round(seconds * 1000, 2),
         },
     )
@@ -176,23 +222,17 @@ def _field(body: Any, name: str) -> str:
     return str(body.get(name, "?"))[:100] if isinstance(body, dict) else "?"
 
 
-def _dispatch(
-    subscriber: str,
-    body: Any,
-    shared: bool = False,
-    failed: BaseException | None = None,
-    receipt: tuple[bool, bool] | None = None,
-) -> str:
-    """The outcome: processed, duplicate, stale or dead_lettered; raises to be retried (counted as retried)."""
+def _dispatch(subscriber: str, body: Any, path: "_Alone | PackTurn") -> Outcome:
+    """The outcome of one message for one subscriber; raises to be retried (counted as retried)."""
     try:
         envelope = Envelope.model_validate(body)
     except ValidationError as error:
         record_dead_letter(subscriber=subscriber, body=storable(body), reason=Reason.INVALID_ENVELOPE, error=error)
-        return "dead_lettered"
+        return Outcome.DEAD_LETTERED
 
     with log_context.about(subscriber, envelope):
         if not tracing.active():
-            return _dispatch_envelope(subscriber, body, envelope, shared, failed, receipt)
+            return _dispatch_envelope(subscriber, body, envelope, path)
         attributes = {
             "subscriber": subscriber,
             "message_id": str(envelope.message_id),
@@ -200,46 +240,34 @@ def _dispatch(
         }
         name = f"handle {envelope.type}"
         with tracing.following(envelope.trace_context(), name, kind=SpanKind.CONSUMER, attributes=attributes) as span:
-            outcome = _dispatch_envelope(subscriber, body, envelope, shared, failed, receipt)
-            span.set_attribute("outcome", outcome)
+            outcome = _dispatch_envelope(subscriber, body, envelope, path)
+            span.set_attribute("outcome", outcome.value)
             return outcome
 
 
-def _dispatch_envelope(
-    subscriber: str,
-    body: Any,
-    envelope: Envelope,
-    shared: bool,
-    failed: BaseException | None,
-    receipt: tuple[bool, bool] | None,
-) -> str:
+def _dispatch_envelope(subscriber: str, body: Any, envelope: Envelope, path: "_Alone | PackTurn") -> Outcome:
     sub = subscription(subscriber, envelope.type)
     try:
-        if failed is not None:
-            raise failed  # as if its handler had failed just now
+        if path.failed is not None:
+            raise path.failed  # as if its handler had failed just now
         _refuse_unacceptable(sub, subscriber, envelope)
         payload = _read(sub, envelope)
         with within_limits(subscriber):
-            if not shared:
-                return _handle_once(sub, envelope, payload)
-            try:
-                return _handle_once(sub, envelope, payload, savepoint=False, receipt=receipt)
-            except (Exception, TimeLimitExceeded) as error:
-                raise FailedInSharedTransaction(error) from error
+            return path.handle(sub, envelope, payload)
     except FailedInSharedTransaction:
         raise
     except Rejected as error:
-        _not_with_a_receipt(receipt, error)
+        path.kept_from_its_handler(error)
         _give_up(subscriber, body, envelope, error.reason, error)
-        return "dead_lettered"
+        return Outcome.DEAD_LETTERED
     except RateLimitExceeded as error:
-        _not_with_a_receipt(receipt, error)
+        path.kept_from_its_handler(error)
         _put_back_without_spending_a_retry()
     except (Exception, TimeLimitExceeded) as error:
-        _not_with_a_receipt(receipt, error)
+        path.kept_from_its_handler(error)
         if isinstance(error, DataError) and sub is not None and not sub.compensation:
             _give_up(subscriber, body, envelope, Reason.UNPROCESSABLE, error)
-            return "dead_lettered"
+            return Outcome.DEAD_LETTERED
         retries, first_failed_at = _failures_so_far()
         if retries >= settings.OUTBOX_MAX_RETRIES:
             # Should this raise, Dramatiq retries the message: its actor allows the extra attempts.
@@ -251,16 +279,8 @@ def _dispatch_envelope(
                 attempts=retries + 1,
                 first_failed_at=first_failed_at,
             )
-            return "dead_lettered"
+            return Outcome.DEAD_LETTERED
         _retry_later(subscriber, envelope, retries, error)
-
-
-def _not_with_a_receipt(receipt: tuple[bool, bool] | None, error: BaseException) -> None:
-    """An envelope kept from its handler whose inbox row was written with its pack's: the row must
-    not stay, so the pack's transaction is handled again without this envelope, whose error then
-    takes its path (`outbox.handling.packs`)."""
-    if receipt is not None and receipt[0]:
-        raise FailedInSharedTransaction(error) from error
 
 
 # The database refusing a value (out of range, a NUL in text) or failing to read a stored one back
@@ -325,7 +345,7 @@ def _handle_once(
     *,
     savepoint: bool = True,
     receipt: tuple[bool, bool] | None = None,
-) -> str:
+) -> Outcome:
     with transaction.atomic(using=working_database.current(), savepoint=savepoint):
         first, dead_lettered = receipt if receipt is not None else first_receipt(sub.subscriber, envelope)
         if not first:
@@ -333,7 +353,7 @@ def _handle_once(
                 duplicates=F("duplicates") + 1
             )
             resolve_processed(subscriber=sub.subscriber, envelope=envelope)  # a letter written after it was processed
-            return "duplicate"
+            return Outcome.DUPLICATE
         _refuse_expired()  # raises out of the block: the inbox row is rolled back with it
         if sub.ordered:
             position = advance(subscriber=sub.subscriber, stream=envelope.stream, sequence=envelope.sequence)
@@ -342,13 +362,13 @@ def _handle_once(
                 # no letter: only a replayed one (which the inbox insert saw) has one to close.
                 if dead_lettered:
                     close_stale_replay(subscriber=sub.subscriber, envelope=envelope)
-                return "stale"
+                return Outcome.STALE
         with handling(envelope), placement.acting_as(sub.context):
             sub.handler(Received(envelope=envelope, payload=payload))
         _refuse_rolled_back_work(sub.subscriber, envelope)
         if dead_lettered:  # rare (a replay, or a copy the sweep gave up on): one UPDATE more
             resolve_processed(subscriber=sub.subscriber, envelope=envelope)
-    return "processed"
+    return Outcome.PROCESSED
 
 
 def _retry_later(subscriber: str, envelope: Envelope, retries: int, error: BaseException) -> None:

@@ -73,8 +73,9 @@ from outbox.core.working_database import current
 from outbox.handling import log_context
 from outbox.handling.dispatch import (
     FailedInSharedTransaction,
+    PackTurn,
     WorkRolledBack,
-    dispatch_for_outcome,
+    dispatch_in_pack,
     one_line,
     retry_delay_ms,
     rolled_back,
@@ -121,7 +122,7 @@ def _dispatch_pack(subscriber: str, bodies: list[Any], broker: dramatiq.Broker) 
             position, owed, reports = _handle_together(unpacked, position, out_of_time)
         else:  # in a transaction of its own, committed before the next envelope starts
             owed, reports = [], []
-            unpacked.handle(position, owed, reports)
+            unpacked.handle(position, owed, PackTurn(reports=reports))
             position += 1
         for report in reports:  # committed: what came of each may now be said
             report()
@@ -206,14 +207,9 @@ def _one_pass(
     position = run.start
     while True:
         try:
-            unpacked.handle(
-                position,
-                owed,
-                reports,
-                shared=True,
-                failed=run.failed.get(position),
-                receipt=None if position in unkept else run.receipts.get(position),
-            )
+            receipt = None if position in unkept else run.receipts.get(position)
+            turn = PackTurn(reports=reports, shared=True, failed=run.failed.get(position), receipt=receipt)
+            unpacked.handle(position, owed, turn)
         except FailedInSharedTransaction as failure:
             run.failed[position] = failure.error
             if len(run.failed) > 1:  # failing often (an outage): the rest of the pack goes one by one
@@ -299,16 +295,7 @@ class _Unpacked:
             sub.outside_effects or (sub.ordered and self.subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS)
         )
 
-    def handle(
-        self,
-        position: int,
-        owed: Owed,
-        reports: list[Callable[[], None]],
-        *,
-        shared: bool = False,
-        failed: BaseException | None = None,
-        receipt: tuple[bool, bool] | None = None,
-    ) -> None:
+    def handle(self, position: int, owed: Owed, turn: PackTurn) -> None:
         """Dispatch one envelope with the time limit to itself; one that fails is owed a retry alone,
         enqueued once what the pack did is committed. FailedInSharedTransaction goes to the caller.
         What the kernel logs of it (its letter, its retry) is said with its outcome, once committed."""
@@ -318,24 +305,17 @@ class _Unpacked:
             self.limit.manager.remove_timeout(threading.get_ident())
             self.limit.manager.add_timeout(threading.get_ident(), self.limit_ms)
         lines: list[logging.LogRecord] = []
-        at = len(reports)  # said before the outcome dispatch reports, as they would be alone
+        at = len(turn.reports)  # said before the outcome dispatch reports, as they would be alone
         try:
             with log_context.holding_back(lines):
-                dispatch_for_outcome(
-                    subscriber=self.subscriber,
-                    body=self.bodies[position],
-                    reports=reports,
-                    shared=shared,
-                    failed=failed,
-                    receipt=receipt,
-                )
+                dispatch_in_pack(subscriber=self.subscriber, body=self.bodies[position], turn=turn)
         except FailedInSharedTransaction:
             raise
         except (Exception, TimeLimitExceeded) as error:
             owed.append((alone, error))
         finally:
             CurrentMessage._MESSAGE.reset(token)
-            reports.insert(at, partial(log_context.say, lines))
+            turn.reports.insert(at, partial(log_context.say, lines))
 
 
 def _retry_each_alone(broker: dramatiq.Broker, subscriber: str, owed: Owed) -> BaseException | None:

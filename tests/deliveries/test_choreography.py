@@ -6,7 +6,7 @@ from uuid import UUID
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from notifications.models import Notification
-from outbox.handling.dispatch import dispatch
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import InboxMessage, OutboxMessage, StreamCursor
 from packages.models import Package
 from tests.factories import arrived_after_the_deadline, delivery_request, requested
@@ -295,7 +295,7 @@ def test_a_replayed_report_older_than_one_applied_is_dropped_and_its_letter_says
 
     replay_dead_letter(letter_id=letter.pk, by="ops")
     replayed = OutboxMessage.objects.get(message_id=second.message_id, target_subscriber="deliveries")
-    assert dispatch(subscriber="deliveries", body=replayed.envelope()) is False
+    assert dispatch(subscriber="deliveries", body=replayed.envelope()) is Outcome.STALE
 
     letter.refresh_from_db()
     assert letter.status == "discarded" and "dropped on replay" in letter.note and letter.resolved_by == "dispatch"

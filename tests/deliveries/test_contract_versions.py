@@ -8,7 +8,7 @@ from django.utils import timezone
 from deliveries.events import DeliveryRequestedV1, Location, PackageInfo
 from drones.models import Assignment
 from outbox.core.publishing import publish
-from outbox.handling.dispatch import dispatch
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from packages.models import Package
 
@@ -34,7 +34,7 @@ def test_a_v1_request_is_upcast_for_the_scheduler_that_reads_only_v2(fleet):
     row = a_v1_request(expedited=True)
     assert row.version == 1 and "priority" not in row.payload
 
-    assert dispatch(subscriber="drones", body=row.envelope())
+    assert dispatch(subscriber="drones", body=row.envelope()) is Outcome.PROCESSED
 
     assignment = Assignment.objects.get(delivery_id=UUID(row.payload["delivery_id"]))
     assert (assignment.status, assignment.priority) == ("reserved", "high")
@@ -44,7 +44,7 @@ def test_a_v1_request_is_upcast_for_the_scheduler_that_reads_only_v2(fleet):
 def test_a_consumer_that_reads_both_versions_takes_v1_as_it_is(db):
     row = a_v1_request(expedited=False)
 
-    assert dispatch(subscriber="packages", body=row.envelope())
+    assert dispatch(subscriber="packages", body=row.envelope()) is Outcome.PROCESSED
 
     assert Package.objects.get(delivery_id=UUID(row.payload["delivery_id"])).status == "ready"
 
@@ -54,8 +54,8 @@ def test_consumers_ignore_fields_they_do_not_know(fleet):
     body["version"] = 2
     body["payload"] = {**body["payload"], "priority": "normal", "carbon_offset": True}
 
-    assert dispatch(subscriber="drones", body=body)
-    assert dispatch(subscriber="packages", body=body)
+    assert dispatch(subscriber="drones", body=body) is Outcome.PROCESSED
+    assert dispatch(subscriber="packages", body=body) is Outcome.PROCESSED
 
 
 def test_new_requests_are_published_as_v2(customer):

@@ -5,7 +5,7 @@ from django.conf import settings
 from drones import services
 from drones.models import Drone, FleetCheck
 from harness.choreography import Choreography
-from outbox.handling.dispatch import dispatch
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.factories import BASE
 
@@ -25,7 +25,7 @@ def test_the_chain_outlives_the_hop_bound_while_a_delivery_waits(customer, chore
     for _ in range(settings.OUTBOX_MAX_HOPS + 4):  # more links than a causal chain may have hops
         row = pending_check()
         OutboxMessage.objects.filter(pk=row.pk).update(published_at=row.available_at)  # relayed
-        assert dispatch(subscriber="drones", body=row.envelope())
+        assert dispatch(subscriber="drones", body=row.envelope()) is Outcome.PROCESSED
 
     assert not DeadLetter.objects.exists()  # no loop_detected
     assert pending_check().payload == {"generation": FleetCheck.objects.get().generation}
@@ -41,7 +41,7 @@ def test_the_chain_ends_with_the_line_and_the_next_wait_starts_it_again(customer
     OutboxMessage.objects.filter(pk=first.pk).update(published_at=first.available_at)
     services.return_drone_to_service(drone_id=drone.pk)  # the line empties
 
-    assert dispatch(subscriber="drones", body=first.envelope())
+    assert dispatch(subscriber="drones", body=first.envelope()) is Outcome.PROCESSED
 
     assert not OutboxMessage.objects.filter(type="drone.fleet_check_due", published_at__isnull=True).exists()
     assert FleetCheck.objects.get().due_at is None

@@ -12,7 +12,7 @@ from outbox.core.brokers import broker_urls
 from outbox.core.dead_letters import record_dead_letter, resolve_processed
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import message_to, pack_of, queue_name, subscribers
-from outbox.handling.dispatch import dispatch
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relaying.broker_letters import collect_broker_dead_letters
 from tests.probe.services import ping
@@ -59,7 +59,7 @@ def test_an_envelope_in_a_pack_only_another_subscriber_processed_still_gets_this
 ):
     """Each subscriber has its own inbox: probe_b having processed an event is nothing to probe_a."""
     processed_by_b, processed_by_none = envelopes(2)
-    assert dispatch(subscriber="probe_b", body=processed_by_b)
+    assert dispatch(subscriber="probe_b", body=processed_by_b) is Outcome.PROCESSED
     set_aside(broker, "probe_a", pack_of([message_to("probe_a", e) for e in (processed_by_b, processed_by_none)]))
 
     assert collect_broker_dead_letters(broker, subscribers()) == 1

@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
 from outbox.core.dead_letters import record_dead_letter
-from outbox.handling.dispatch import dispatch
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relaying.relay import Relay
 from tests.factories import a_dead_letter
@@ -242,7 +242,7 @@ def test_a_letter_of_a_message_its_subscriber_processes_later_is_closed_and_cann
     row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
     letter = record_dead_letter(subscriber="probe_b", body=row.envelope(), reason="never_acknowledged")
 
-    assert dispatch(subscriber="probe_b", body=row.envelope())
+    assert dispatch(subscriber="probe_b", body=row.envelope()) is Outcome.PROCESSED
 
     letter.refresh_from_db()
     assert (letter.status, letter.resolved_by) == ("processed", "dispatch")
@@ -254,10 +254,10 @@ def test_a_letter_of_a_message_its_subscriber_processes_later_is_closed_and_cann
 
 def test_a_letter_written_after_its_message_was_processed_is_closed_by_the_next_copy(transactional_db):
     row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1).pk}")
-    assert dispatch(subscriber="probe_b", body=row.envelope())
+    assert dispatch(subscriber="probe_b", body=row.envelope()) is Outcome.PROCESSED
     letter = record_dead_letter(subscriber="probe_b", body=row.envelope(), reason="unsendable")
 
-    assert not dispatch(subscriber="probe_b", body=row.envelope())  # a duplicate, which tells it was processed
+    assert dispatch(subscriber="probe_b", body=row.envelope()) is Outcome.DUPLICATE  # which tells it was processed
 
     letter.refresh_from_db()
     assert letter.status == "processed"
@@ -269,7 +269,7 @@ def test_a_replay_once_processed_is_closed_as_processed(transactional_db):
     letter = record_dead_letter(subscriber="probe_b", body=row.envelope(), reason="handler_error")
     replay_dead_letter(letter_id=letter.pk, by="ops")
 
-    assert dispatch(subscriber="probe_b", body=row.envelope())
+    assert dispatch(subscriber="probe_b", body=row.envelope()) is Outcome.PROCESSED
 
     letter.refresh_from_db()
     assert (letter.status, letter.replays) == ("processed", 1)

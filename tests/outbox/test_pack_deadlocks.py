@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 from outbox.core import subscriptions
 from outbox.core.contracts import Reader
 from outbox.core.subscriptions import queue_name, subscribe
-from outbox.handling.dispatch import dispatch_for_outcome
+from outbox.handling.dispatch import Outcome, dispatch
 from outbox.handling.packs import dispatch_pack
 from outbox.models import DeadLetter, InboxMessage, StreamCursor
 from outbox.testing import an_envelope
@@ -232,13 +232,13 @@ def test_an_ordered_envelope_rolled_back_at_a_deadlock_is_stale_if_a_later_event
     assert (cursor_of("SA"), cursor_of("T")) == ((1, 0, 0), (0, 0, 0))  # T held by A, T#1 not applied
     [retry] = taken_off(broker, dq_name(queue_name("probe_a")))
     assert retry.message_id == a[1]["message_id"]
-    assert dispatch_for_outcome(subscriber="probe_a", body=locks("T", 2, ordered=True)) == "processed"
+    assert dispatch(subscriber="probe_a", body=locks("T", 2, ordered=True)) is Outcome.PROCESSED
     token = CurrentMessage._MESSAGE.set(retry)  # as the worker that takes the retry has it
     try:
-        outcome = dispatch_for_outcome(subscriber="probe_a", body=retry.args[0])
+        outcome = dispatch(subscriber="probe_a", body=retry.args[0])
     finally:
         CurrentMessage._MESSAGE.reset(token)
-    assert outcome == "stale"
+    assert outcome is Outcome.STALE
     assert cursor_of("T") == (2, 1, 1)
     assert Ping.objects.get(pk=y).n == 1  # B's update alone: T#1's never happened
     assert not DeadLetter.objects.exists()

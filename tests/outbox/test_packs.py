@@ -437,10 +437,10 @@ def test_an_envelope_whose_retry_the_broker_refuses_is_handled_through_the_packs
 @pytest.mark.rabbitmq
 def test_a_pack_set_aside_after_some_of_it_was_processed_gets_letters_for_the_rest_only(broker, transactional_db):
     """A letter for a processed envelope could be replayed once its inbox row is pruned: applied twice."""
-    from outbox.handling.dispatch import dispatch
+    from outbox.handling.dispatch import Outcome, dispatch
 
     done, left = envelopes(2)
-    assert dispatch(subscriber="probe_a", body=done)
+    assert dispatch(subscriber="probe_a", body=done) is Outcome.PROCESSED
     queue = queue_name("probe_a")
     broker.declare_queue(queue, ensure=True)
     pack = pack_of([message_to("probe_a", envelope) for envelope in (done, left)])

@@ -15,6 +15,7 @@ from harness.bench_sweep import relayed_and_acknowledged
 from outbox.console.dead_letter_actions import replay_dead_letter
 from outbox.core.dead_letters import record_dead_letter
 from outbox.core.subscriptions import queue_name
+from outbox.handling.dispatch import Outcome as Handled
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relaying.publishers import Outcome, PipelinedPublisher
@@ -187,7 +188,7 @@ def test_a_replay_the_broker_lost_is_sent_again_by_the_sweep(broker, transaction
         consumer.ack(message)
     finally:
         consumer.close()
-    assert dispatch(subscriber="probe_b", body=message.args[0])
+    assert dispatch(subscriber="probe_b", body=message.args[0]) is Handled.PROCESSED
     letter.refresh_from_db()
     assert letter.status == "processed"
 
