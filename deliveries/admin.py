@@ -8,11 +8,12 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
+from common.display import change_link, coordinates
 from deliveries import selectors, services
 from deliveries.models import Customer, CustomerToken, Delivery, OverdueDelivery
 from deliveries.timeline_picture import timeline_svg
 from deliveries.transitions import TooLate
-from outbox.api import ReadOnlyAdmin, change_link, coordinates, timeline_link
+from outbox.ops import ReadOnlyAdmin, timeline_link
 
 DroneNames = Callable[[Collection[UUID]], dict[UUID, str]]
 

@@ -6,7 +6,7 @@ from django_dramatiq.models import Task
 
 from deliveries.admin import name_drones_with
 from drones.models import Drone
-from outbox.admin import ReadOnlyAdmin
+from outbox.ops import ReadOnlyAdmin
 
 # django_dramatiq's task table is filled only by its AdminMiddleware, which we leave out
 # (a database write per task event); the dead letters and the timelines take its place.

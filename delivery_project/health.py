@@ -24,7 +24,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from delivery_project.monitoring import monitoring_only
 from delivery_project.postgresql.base import POOLER_HINT, pooler_suspected
-from outbox.core.brokers import amqp_parameters, broker_urls
+from outbox.ops import amqp_parameters, broker_urls
 
 READY_TIMEOUT_SECONDS = 0.8
 # Threads of checks that hang stay busy until their own timeouts end; more threads keep later

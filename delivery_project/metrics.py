@@ -19,11 +19,15 @@ from prometheus_client.core import GaugeMetricFamily
 
 from deliveries.models import Delivery
 from delivery_project.monitoring import monitoring_only
-from outbox.console.dead_letter_groups import open_groups_everywhere
-from outbox.core.working_database import kernel_databases, working_in
-from outbox.models import DeadLetter, OutboxMessage
-from outbox.observability.metrics import counters
-from outbox.relaying import sweep
+from outbox.ops import (
+    DeadLetter,
+    OutboxMessage,
+    counters,
+    kernel_databases,
+    open_groups_everywhere,
+    sweep_lag_seconds,
+    working_in,
+)
 
 
 def _age(since) -> float:
@@ -57,7 +61,7 @@ class SystemState:
         lags = []
         for database in databases:
             with working_in(database):
-                lags.append(sweep.lag_seconds())
+                lags.append(sweep_lag_seconds())
         yield GaugeMetricFamily(
             "outbox_sweep_lag_seconds",
             "How far the redelivery sweep is behind: the age of the oldest unsettled relayed row beyond its grace",

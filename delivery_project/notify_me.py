@@ -18,7 +18,7 @@ from deliveries import selectors
 from deliveries.api import ERRORS, refused
 from deliveries.schemas import CamelSchema, RequestSchema
 from notifications import services as notifications
-from outbox.placement import acting_as
+from outbox.ops import acting_as
 
 router = Router(tags=["notifications"])
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")

@@ -16,7 +16,7 @@ import pika
 import pika.exceptions
 from dramatiq.common import dq_name, xq_name
 
-from outbox.core.brokers import QueueTypeRabbitmqBroker
+from outbox.ops import QueueTypeRabbitmqBroker
 
 HOLDING_SUFFIX = ".moving"
 

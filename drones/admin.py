@@ -11,10 +11,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from common.display import change_link, coordinates
 from drones import services
 from drones.fleet_map import fleet_map
 from drones.models import Assignment, Drone, WaitingDelivery
-from outbox.api import ReadOnlyAdmin, change_link, coordinates, timeline_link
+from outbox.ops import ReadOnlyAdmin, timeline_link
 
 RECENT_ASSIGNMENTS = 20  # on a drone's page; the assignment list, filtered to the drone, has them all
 

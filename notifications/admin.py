@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from notifications.models import Notification, NotifyMeRequest, SentMessage
-from outbox.api import ReadOnlyAdmin
+from outbox.ops import ReadOnlyAdmin
 
 
 @admin.register(Notification)

@@ -3,10 +3,8 @@
 A context declares its events, publishes them with the state change they announce, subscribes
 handlers to other contexts' events, and shows its records in the console, through these names
 and no others. The rest of the kernel (the relay, dispatch, the stores, the sweep, the console's
-own pages) is its inside and may change. The import contract "Contexts use the kernel through
-outbox.api only" (pyproject.toml) fails when a context imports any other module of it. The
-deployable that wires the contexts together (`delivery_project`) may use more: the broker's
-middleware and queue declarations, the relay's health for `/readyz`, the metrics endpoint.
+own pages) is its inside and may change: an import contract (pyproject.toml) refuses a context any
+other module of it but `outbox.ops` (the admin's wiring, health and metrics, for the deployable).
 
 Publishing: state and its events in one transaction
     publish             append an event to the outbox in the caller's transaction; relayed after commit
@@ -31,11 +29,8 @@ Handling: the other side
     Envelope            what every message carries around its payload
     Rejected            raise it for a message that can never succeed: a dead letter at once
 
-Console: the admin's pieces for a context's own pages
-    ReadOnlyAdmin, change_link, timeline_link, coordinates, correlation_timeline, sequence_diagram
-
-Commands: argparse types that refuse nonsense in one line
-    whole_number, number, duration_in_days
+Stories: what a context's own pages show of one
+    correlation_timeline, sequence_diagram
 
 Each name is loaded on first use, so a context's `events.py` may import this module before
 Django's apps are ready (only the publishing and console names need the models).
@@ -64,15 +59,8 @@ SURFACE: dict[str, tuple[str, str]] = {
     "Received": ("outbox.core.subscriptions", "Received"),
     "Envelope": ("outbox.core.envelope", "Envelope"),
     "Rejected": ("outbox.core.dead_letters", "Rejected"),
-    "ReadOnlyAdmin": ("outbox.admin", "ReadOnlyAdmin"),
-    "change_link": ("outbox.admin", "change_link"),
-    "timeline_link": ("outbox.admin", "timeline_link"),
-    "coordinates": ("outbox.admin", "coordinates"),
     "correlation_timeline": ("outbox.console.timeline", "correlation_timeline"),
     "sequence_diagram": ("outbox.console.sequence_diagram", "render"),
-    "whole_number": ("outbox.management.arguments", "whole_number"),
-    "number": ("outbox.management.arguments", "number"),
-    "duration_in_days": ("outbox.management.arguments", "duration_in_days"),
 }
 
 __all__ = [  # SURFACE's names, written out so that tools reading the source see them too
@@ -94,15 +82,8 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
     "Received",
     "Envelope",
     "Rejected",
-    "ReadOnlyAdmin",
-    "change_link",
-    "timeline_link",
-    "coordinates",
     "correlation_timeline",
     "sequence_diagram",
-    "whole_number",
-    "number",
-    "duration_in_days",
 ]
 
 
@@ -121,7 +102,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
-    from outbox.admin import ReadOnlyAdmin, change_link, coordinates, timeline_link
     from outbox.console.sequence_diagram import render as sequence_diagram
     from outbox.console.timeline import correlation_timeline
     from outbox.core.contracts import Event, Reader, upcaster
@@ -137,5 +117,4 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     )
     from outbox.core.saving import insert_row, save_fields
     from outbox.core.subscriptions import Received, subscribe, when_unprocessable
-    from outbox.management.arguments import duration_in_days, number, whole_number
     from outbox.placement import atomic, connection_of

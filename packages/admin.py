@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from outbox.api import ReadOnlyAdmin, timeline_link
+from outbox.ops import ReadOnlyAdmin, timeline_link
 from packages.models import Package
 
 

@@ -13,7 +13,7 @@ from outbox.models import DeadLetter
 
 # What ships in the wheel: the deployable, the kernel and the contexts.
 # What the project's wheel holds; the kernel (outbox) ships as a distribution of its own (kernel/).
-PRODUCT_PACKAGES = frozenset({"delivery_project", "packages", "drones", "deliveries", "notifications"})
+PRODUCT_PACKAGES = frozenset({"delivery_project", "common", "packages", "drones", "deliveries", "notifications"})
 
 BASE = (47.6205, -122.3493)
 

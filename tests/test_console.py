@@ -12,11 +12,11 @@ from django.utils import timezone
 
 import deliveries.admin
 import drones.admin
+from common.display import coordinates
 from deliveries.models import Delivery
 from drones.admin import WaitingListAdmin, waited_for
 from drones.models import Assignment, Drone
 from drones.services import seed_fleet
-from outbox.admin import coordinates
 from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
 from tests.console import act

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management import load_command_class
 
 import outbox.api
+import outbox.ops
 from outbox.core.conf import DEFAULTS
 from tests.outbox.test_kernel_is_generic import DOMAIN
 
@@ -94,6 +95,13 @@ def test_the_api_page_names_every_name_of_outbox_api():
 
     assert sorted(set(outbox.api.__all__) - listed) == []
     assert sorted(listed - set(outbox.api.__all__)) == []
+
+
+def test_the_operations_page_names_every_name_of_outbox_ops():
+    page = (GUIDE / "ops.md").read_text()
+    listed = set(re.findall(r"^\| `([A-Za-z_]+)[(`]", page, flags=re.MULTILINE))
+
+    assert sorted(set(outbox.ops.__all__) ^ listed) == []
 
 
 # What every management command has from Django itself: not the kernel's to document.

@@ -169,6 +169,7 @@ def routing_table() -> dict[str, list[Subscription]]:
 
 
 def queue_name(subscriber: str) -> str:
+    """The subscriber's queue: its name behind OUTBOX_QUEUE_PREFIX (a deployment's, a test run's)."""
     return f"{settings.OUTBOX_QUEUE_PREFIX}{subscriber}"
 
 

@@ -46,6 +46,7 @@ def serving(alias: str) -> Iterator[None]:
 
 @contextmanager
 def working_in(alias: str) -> Iterator[None]:
+    """For the block, this thread's kernel works in `alias` (its outbox, inbox, letters, leases)."""
     token = _current.set(alias)
     try:
         yield

@@ -3,8 +3,8 @@ least, a number out of its range or a word where a number belongs is refused bef
 does anything, in Django's one line: `manage.py seed_fleet: error: argument count: must be at
 least 1, not -5` with exit status 2 (through `call_command`, a CommandError saying the same).
 
-The kernel, every context, the deployable and the workshop use them; this module imports nothing
-of theirs, so each may import it without crossing a boundary."""
+The kernel's own commands' (a project's commands have their own: the kernel does not export its
+command line's helpers)."""
 
 import argparse
 import math

@@ -7,6 +7,7 @@ import pytest
 from django.conf import settings
 
 import outbox.api
+import outbox.ops
 from outbox.api import SURFACE
 
 
@@ -40,3 +41,15 @@ def test_a_contexts_events_module_may_import_it_before_djangos_apps_are_ready():
 
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "['outbox', 'outbox.api', 'outbox.core', 'outbox.core.contracts']"
+
+
+def test_the_contexts_surface_keeps_to_messaging_twenty_names_at_most():
+    assert len(outbox.api.__all__) <= 20
+
+
+@pytest.mark.parametrize("name", sorted(outbox.ops.SURFACE))
+def test_each_name_the_deployable_uses_is_there_and_says_its_promise(name):
+    value = getattr(outbox.ops, name)
+
+    assert value is not None and (value.__doc__ or "").strip(), f"outbox.ops.{name} has no docstring"
+    assert sorted(outbox.ops.__all__) == sorted(outbox.ops.SURFACE)

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from common.arguments import duration_in_days
 from deliveries.customers import create_customer
 from deliveries.models import Customer
-from outbox.api import duration_in_days
 
 
 class Command(BaseCommand):

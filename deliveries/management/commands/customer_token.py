@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from common.arguments import duration_in_days, number
 from deliveries.customers import revoke_customer_tokens, rotate_customer_token
 from deliveries.models import Customer
-from outbox.api import duration_in_days, number
 
 
 class Command(BaseCommand):

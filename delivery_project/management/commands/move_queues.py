@@ -6,8 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from delivery_project.queue_moves import QueueInUse, move_queues
-from outbox.core.brokers import QueueTypeRabbitmqBroker
-from outbox.core.subscriptions import queue_name, routing_table
+from outbox.ops import QueueTypeRabbitmqBroker, queue_name, routing_table
 
 
 class Command(BaseCommand):

@@ -14,9 +14,9 @@ from django.core.management.base import BaseCommand
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connection, connections
 
-from outbox.core.brokers import describe
-from outbox.core.working_database import kernel_databases
-from outbox.management.arguments import port, whole_number
+from common.arguments import port, whole_number
+from outbox.ops import describe_broker as describe
+from outbox.ops import kernel_databases
 
 
 def listening_address(text: str) -> str:

@@ -14,7 +14,7 @@ import dramatiq
 from django.core.management.base import CommandError, OutputWrapper
 from django_dramatiq.management.commands import rundramatiq
 
-from outbox.management.arguments import whole_number
+from common.arguments import whole_number
 
 logger = logging.getLogger("delivery_project.workers")
 LAUNCHER = "drone-delivery-workers"  # [project.scripts] in pyproject.toml

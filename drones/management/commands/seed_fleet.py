@@ -2,8 +2,8 @@ import math
 
 from django.core.management.base import BaseCommand, CommandError
 
+from common.arguments import whole_number
 from drones.services import FLEET_MAX, seed_fleet
-from outbox.api import whole_number
 
 KM_PER_DEGREE = 111.32
 

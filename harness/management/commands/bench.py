@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from common.arguments import comma_separated, number, whole_number
 from drones.services import seed_fleet
 from harness import bench, bench_floors, bench_processes, bench_sweep, handler_cpu, message_cost, statement_counts
 from harness.scratch import scratch_run
-from outbox.management.arguments import comma_separated, number, whole_number
 
 # The sweep at load: events a second (five times the system's end-to-end rate), behind a backlog.
 SWEEP_LOAD, SWEEP_BACKLOG = 1_000, 20_000

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connection
 
+from common.arguments import number, port, whole_number
 from deliveries.customers import create_customer
 from delivery_project import database_url
 from harness.chaos import (
@@ -36,7 +37,6 @@ from harness.postgres_servers import PostgresPrimaryWithReplica
 from harness.rabbitmq_cluster import RabbitmqCluster
 from harness.scratch import scratch_run
 from harness.simulation import Api, random_request, stamped
-from outbox.management.arguments import number, port, whole_number
 
 BASE = (47.6205, -122.3493)
 

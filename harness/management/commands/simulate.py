@@ -19,11 +19,11 @@ except ImportError as missing:
 else:
     WITHOUT = None
 
+from common.arguments import number, whole_number
 from deliveries.customers import create_customer
 from drones.models import Drone
 from drones.services import seed_fleet
 from harness import simulation
-from outbox.management.arguments import number, whole_number
 from outbox.relaying.relay import Relay
 
 
