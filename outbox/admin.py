@@ -1,6 +1,7 @@
 """The operators' console for messaging: dead letters to replay or discard, the outbox's health, timelines."""
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from uuid import UUID
 
@@ -239,7 +240,7 @@ class DeadLetterAdmin(InChosenDatabase, ReadOnlyAdmin):
         "resolved_at",
         "resolved_by",
     ]
-    fields = readonly_fields
+    fields = tuple(readonly_fields)
 
     @admin.display(description="timeline")
     def timeline(self, letter):
@@ -278,6 +279,7 @@ class DeadLetterAdmin(InChosenDatabase, ReadOnlyAdmin):
             request.POST.get("key", ""),
             request.POST.get("note", "").strip(),
         )
+        service: Callable[..., object]
         if action == "replay" and self.has_replay_permission(request):
             service, note = replay_dead_letter, note or "replayed with its group from the admin"
         elif action == "discard" and self.has_discard_permission(request):

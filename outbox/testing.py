@@ -250,7 +250,8 @@ def _rows(correlation_id: UUID | None, *conditions: Q) -> list[OutboxMessage]:
     """The outbox's rows (of one story), oldest first: in id order, the order they were published
     in. With a context on a database of its own its events are in its own outbox: every one is
     read, and the rows put in causal order (ids are an order within one database only)."""
-    rows, databases = [], kernel_databases()
+    rows: list[OutboxMessage] = []
+    databases = kernel_databases()
     for database in databases:
         found = OutboxMessage.objects.using(database).filter(*conditions).order_by("id")
         rows += found if correlation_id is None else found.filter(correlation_id=correlation_id)
@@ -274,7 +275,7 @@ def recipients(row: OutboxMessage) -> list[str]:
 def handled_by(row: OutboxMessage) -> set[str]:
     """The subscribers that have handled `row`: processed it (their inbox holds it) or set it
     aside (a dead letter of it that is not waiting for its replay)."""
-    handled = set()
+    handled: set[str] = set()
     for database in kernel_databases():  # each subscriber's inbox is beside its context's tables
         handled.update(
             InboxMessage.objects.using(database).filter(message_id=row.message_id).values_list("subscriber", flat=True)

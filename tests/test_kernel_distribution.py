@@ -140,6 +140,7 @@ def test_the_kernels_wheel_holds_the_outbox_code_and_nothing_of_this_project(bui
         "outbox/testing.py",
         "outbox/migrations/0001_initial.py",
         "outbox/templates/admin/outbox/overview.html",
+        "outbox/py.typed",  # its types are checked (PEP 561)
         "outbox/management/commands/relay_outbox.py",
         "outbox/management/commands/export_asyncapi.py",
         "outbox_pytest/__init__.py",

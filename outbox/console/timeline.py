@@ -28,7 +28,8 @@ def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> li
 
 def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
     now, databases = timezone.now(), kernel_databases()
-    events, replayed = [], {}
+    events: list[OutboxMessage] = []
+    replayed: dict = {}
     processed: dict[UUID, dict[str, InboxMessage]] = {}
     dead: dict[UUID, dict[str, DeadLetter]] = {}
     for database in databases:
@@ -40,8 +41,9 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
         replayed |= {(row.message_id, row.target_subscriber): row.available_at for row in copies}
         for row in InboxMessage.objects.using(database).filter(message_id__in=ids):
             processed.setdefault(row.message_id, {})[row.subscriber] = row
-        for row in DeadLetter.objects.using(database).filter(message_id__in=ids):
-            dead.setdefault(row.message_id, {})[row.subscriber] = row
+        for letter in DeadLetter.objects.using(database).filter(message_id__in=ids):
+            if letter.message_id is not None:
+                dead.setdefault(letter.message_id, {})[letter.subscriber] = letter
     if len(databases) > 1:
         events = causal_order(events)
     return [
@@ -76,12 +78,13 @@ def causal_order(events: list[OutboxMessage]) -> list[OutboxMessage]:
     originals = {e.message_id: e for e in events if not e.target_subscriber}  # a copy shares its id
     ordered: list[OutboxMessage] = []
     placed: set[int] = set()
-    for event in sorted(events, key=lambda e: e.occurred_at):  # stable: a copy after its original
+    for first in sorted(events, key=lambda e: e.occurred_at):  # stable: a copy after its original
         chain = []
+        event: OutboxMessage | None = first
         while event is not None and id(event) not in placed:
             placed.add(id(event))
             chain.append(event)
-            event = originals.get(event.causation_id)
+            event = originals.get(event.causation_id) if event.causation_id else None
         ordered += reversed(chain)
     return ordered
 

@@ -155,8 +155,8 @@ class QueueTypeRabbitmqBroker(RabbitmqBroker):
         unless told otherwise; a message Dramatiq holds for its delay and hands back at every worker
         restart would be lost so. RabbitMQ 3.x has no default limit, and no -1 for "none"."""
         version = (self.connection._impl.server_properties or {}).get("version", b"0")
-        major = int(re.match(rb"\d+", version if isinstance(version, bytes) else version.encode()).group())
-        return {"x-delivery-limit": -1} if major >= 4 else {}
+        major = re.match(rb"\d+", version if isinstance(version, bytes) else version.encode())
+        return {"x-delivery-limit": -1} if major and int(major.group()) >= 4 else {}
 
 
 def broker_urls(value: str) -> list[str]:
@@ -224,7 +224,7 @@ def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
         except (pika.exceptions.AMQPError, ValueError):
             pass  # ValueError: pika's timers went with the stream ("Timeout closed before call")
     # Lost before this call (another use met the error and left the connection closed) or now.
-    del broker.connection
+    del broker.connection  # type: ignore[attr-defined]  # RabbitmqBroker's thread-local connection
     return broker
 
 

@@ -31,7 +31,7 @@ class Envelope(BaseModel):
     @field_validator("traceparent", "tracestate", mode="before")
     @classmethod
     def _dropped_unless_it_fits(cls, value: object, info: ValidationInfo) -> str | None:
-        limit = {"traceparent": 55, "tracestate": 512}[info.field_name]
+        limit = {"traceparent": 55, "tracestate": 512}[str(info.field_name)]
         return value if isinstance(value, str) and len(value) <= limit else None
 
     def trace_context(self) -> dict[str, str]:

@@ -6,6 +6,7 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from datetime import datetime
 from functools import partial
+from typing import Any
 from uuid import UUID, uuid4
 
 import psycopg
@@ -179,7 +180,7 @@ def _refuse_too_large(row: OutboxMessage) -> None:
     grows: while it is far enough under the limit, its JSON (which psycopg must write anyway, and
     gets here written) settles it; only near the limit is the whole envelope serialized to know."""
     limit = settings.OUTBOX_MAX_EVENT_BYTES
-    row._payload_json = payload = _payload_json(row)
+    row._payload_json = payload = _payload_json(row)  # type: ignore[attr-defined]  # kept for the INSERT
     if len(payload) + _ENVELOPE_BESIDE_PAYLOAD <= limit:  # json.dumps writes ASCII: a character a byte
         return
     size = len(json.dumps(row.envelope(), separators=(",", ":")).encode())
@@ -207,7 +208,7 @@ def outbox_row(
         "occurred_at": available_at or now,
         "correlation_id": correlation_id,
         "causation_id": cause.message_id if cause else None,
-        "hops": cause.hops + 1 if same_story else 0,
+        "hops": cause.hops + 1 if cause is not None and same_story else 0,
         "stream": stream,
         "sequence": 0,
         "payload": event.model_dump(mode="json"),
@@ -216,7 +217,7 @@ def outbox_row(
         "trace_context": tracing.trace_context(),
     }
     # Positional, in the columns' order, as Django builds a row it reads: half the CPU of keywords.
-    return OutboxMessage(*[values[attname] for attname in _ROW_COLUMNS])
+    return OutboxMessage(*[values[attname] for attname in _ROW_COLUMNS])  # type: ignore[misc]
 
 
 _ROW_COLUMNS = tuple(field.attname for field in OutboxMessage._meta.concrete_fields)
@@ -243,7 +244,7 @@ def numbered_insert(rows: list[OutboxMessage], *, connection, due_now: list[bool
     place below the new last. `manage.py bench` sends the same for one row from bare psycopg as
     publish()'s reference."""
     sql, bound = _numbered_insert_shape(connection, tuple(due_now))
-    params = [rows[0].stream]
+    params: list[Any] = [rows[0].stream]
     for row, fields in zip(rows, bound, strict=True):
         for attname, field in fields:
             if attname == "payload":  # written once, when its size was checked: sent as it is
@@ -335,7 +336,8 @@ def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connecti
     ):
         _with_execute_wrappers(connection, cursor, sql, params)
         inserted = sorted(cursor.fetchall(), key=lambda returned: returned[1])  # by sequence: the rows' order
-    for row, (row.id, row.sequence, row.available_at) in zip(rows, inserted, strict=True):
+    for row, (row_id, sequence, available_at) in zip(rows, inserted, strict=True):
+        row.id, row.sequence, row.available_at = row_id, sequence, available_at
         row._state.adding, row._state.db = False, connection.alias
 
 
@@ -376,7 +378,7 @@ def _next_sequence(stream: str, *, using: str) -> int:
 def _nudge_the_relay_on_commit(using: str) -> None:
     """Once per transaction: wake a sleeping relay when it commits (see outbox.core.wake_up)."""
     pending = connections[using].run_on_commit
-    if not any(callback is wake_up.nudge for _, callback, _ in pending):
+    if not any(entry[1] is wake_up.nudge for entry in pending):  # (savepoints, callback, robust)
         transaction.on_commit(wake_up.nudge, using=using)
 
 

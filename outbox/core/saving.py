@@ -85,10 +85,10 @@ def insert_row(instance: models.Model, *, using: str | None = None) -> None:
     connection = connections[using]
     meta = model._meta
     if instance.pk is None:
-        instance.pk = meta.pk.get_pk_value_on_save(instance)  # a default such as uuid4, as save() takes it
+        instance.pk = meta.pk.get_pk_value_on_save(instance)  # type: ignore[attr-defined]  # a default (uuid4), as save() takes it
     statement = _inserts.get((model, connection.vendor)) or _insert_for(model, connection)
     sql, to_write = statement
-    instance._prepare_related_fields_for_save(operation_name="save")  # an unsaved related row: save()'s error
+    instance._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]  # save()'s own check
     values = [field.pre_save(instance, True) for field in to_write]
     if instance.pk is None or any(hasattr(value, "resolve_expression") for value in values):
         instance.save(force_insert=True, using=using)  # the database chooses a value: save() reads it back

@@ -135,7 +135,8 @@ class ListenForNotify(Poll):
                 settings.OUTBOX_RELAY_POLL_SECONDS,
             )
             self.probe_sent_at = None  # the next probe, at its time, tells when it works again
-            self.conn.close()  # and on a new LISTEN connection: whatever broke this one may be gone
+            if self.conn is not None:
+                self.conn.close()  # and on a new LISTEN connection: whatever broke this one may be gone
 
     def close(self) -> None:
         if self.conn is not None:

@@ -9,9 +9,11 @@ database from its router. Nothing is set on the default topology: it is `default
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import cast
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.connection import ConnectionProxy
 
 # Set for a block (`working_in`). A thread that sets nothing works in its process's database:
@@ -63,4 +65,5 @@ class _CurrentConnection(ConnectionProxy):
         self.__dict__["_connections"] = connections
 
 
-connection = _CurrentConnection()
+# Typed as what it stands for: every attribute is the current database's connection's.
+connection = cast(BaseDatabaseWrapper, _CurrentConnection())

@@ -35,7 +35,7 @@ def declare_actors(broker: dramatiq.Broker) -> None:
             body = args[0] if len(args) == 1 and not kwargs else {"args": list(args), "kwargs": kwargs}
             dispatch(subscriber=_subscriber, body=body)
 
-        dramatiq.actor(
+        dramatiq.actor(  # type: ignore[call-overload]  # its options are the broker middleware's
             dispatch_to_subscriber,
             actor_name=actor_name(subscriber),
             queue_name=queue_name(subscriber),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import dramatiq
 from django.conf import settings
@@ -241,7 +241,8 @@ def _dispatch(subscriber: str, body: Any, path: "_Alone | PackTurn") -> Outcome:
         name = f"handle {envelope.type}"
         with tracing.following(envelope.trace_context(), name, kind=SpanKind.CONSUMER, attributes=attributes) as span:
             outcome = _dispatch_envelope(subscriber, body, envelope, path)
-            span.set_attribute("outcome", outcome.value)
+            if span is not None:
+                span.set_attribute("outcome", outcome.value)
             return outcome
 
 
@@ -250,10 +251,10 @@ def _dispatch_envelope(subscriber: str, body: Any, envelope: Envelope, path: "_A
     try:
         if path.failed is not None:
             raise path.failed  # as if its handler had failed just now
-        _refuse_unacceptable(sub, subscriber, envelope)
-        payload = _read(sub, envelope)
+        accepted = _refuse_unacceptable(sub, subscriber, envelope)
+        payload = _read(accepted, envelope)
         with within_limits(subscriber):
-            return path.handle(sub, envelope, payload)
+            return path.handle(accepted, envelope, payload)
     except FailedInSharedTransaction:
         raise
     except Rejected as error:
@@ -274,7 +275,7 @@ def _dispatch_envelope(subscriber: str, body: Any, envelope: Envelope, path: "_A
             record_dead_letter(
                 subscriber=subscriber,
                 body=storable(body),
-                reason=Reason.COMPENSATION_FAILED if sub.compensation else Reason.HANDLER_ERROR,
+                reason=Reason.COMPENSATION_FAILED if sub is not None and sub.compensation else Reason.HANDLER_ERROR,
                 error=error,
                 attempts=retries + 1,
                 first_failed_at=first_failed_at,
@@ -309,11 +310,13 @@ def _give_up(subscriber: str, body: Any, envelope: Envelope, reason: str, error:
         record_dead_letter(subscriber=subscriber, body=body, reason=Reason.COMPENSATION_FAILED, error=failure)
 
 
-def _refuse_unacceptable(sub: Subscription | None, subscriber: str, envelope: Envelope) -> None:
+def _refuse_unacceptable(sub: Subscription | None, subscriber: str, envelope: Envelope) -> Subscription:
+    """The subscription that takes the envelope; Rejected if none does, or it went round too often."""
     if sub is None:
         raise Rejected(Reason.UNKNOWN_TYPE, f"{subscriber} has no handler for {envelope.type}")
     if envelope.hops > settings.OUTBOX_MAX_HOPS:
         raise Rejected(Reason.LOOP_DETECTED, f"{envelope.hops} hops exceed OUTBOX_MAX_HOPS={settings.OUTBOX_MAX_HOPS}")
+    return sub
 
 
 def _refuse_expired() -> None:
@@ -371,12 +374,12 @@ def _handle_once(
     return Outcome.PROCESSED
 
 
-def _retry_later(subscriber: str, envelope: Envelope, retries: int, error: BaseException) -> None:
+def _retry_later(subscriber: str, envelope: Envelope, retries: int, error: BaseException) -> NoReturn:
     """One line for a failure that will be retried, and Dramatiq's Retries middleware told when
     (`Retry`, which Dramatiq does not log as an error): its traceback, one every retry, is left
     for the dead letter, which logs it once and keeps it."""
     message = CurrentMessage.get_current_message()
-    delay = retry_delay_ms(message, retries)
+    delay = retry_delay_ms(message, retries) if message is not None else 0
     logger.warning(
         "%s will retry %s message=%s (attempt %d of %d) in %d ms: %s",
         subscriber,
@@ -408,7 +411,7 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"[:300] if first else type(error).__name__
 
 
-def _put_back_without_spending_a_retry() -> None:
+def _put_back_without_spending_a_retry() -> NoReturn:
     """Over a limit is not a failure: re-enqueue after a short, jittered delay, retries untouched."""
     message = CurrentMessage.get_current_message()
     if message is not None:

@@ -27,7 +27,7 @@ SLOT_TTL_MARGIN_MS = 60_000
 def slot_ttl_ms() -> int:
     """Longer than the longest a handler may run (the broker's TimeLimit middleware), plus a margin."""
     limits = [m.time_limit for m in dramatiq.get_broker().middleware if isinstance(m, TimeLimit)]
-    return max(limits, default=TimeLimit().time_limit) + SLOT_TTL_MARGIN_MS
+    return int(max(limits, default=TimeLimit().time_limit)) + SLOT_TTL_MARGIN_MS
 
 
 @contextmanager

@@ -94,7 +94,7 @@ def hold(*, subscriber: str, streams: list[str]) -> None:
         )
 
 
-_STREAM_LENGTH = StreamCursor._meta.get_field("stream").max_length
+_STREAM_LENGTH: int = StreamCursor._meta.get_field("stream").max_length or 0
 
 
 def _move(cursor_id: int, last_sequence: int, sequence: int) -> None:

@@ -100,7 +100,7 @@ def _dispatch_pack(subscriber: str, bodies: list[Any], broker: dramatiq.Broker) 
         _hand_on(broker, subscriber, bodies, pack)
         return
     limit = _time_limit(broker) if pack is not None else None  # in a worker's thread only
-    limit_ms = _limit_ms(broker, pack, limit) if limit is not None else None
+    limit_ms = _limit_ms(broker, pack, limit) if limit is not None and pack is not None else None
     started, lost, position = time.monotonic(), None, 0
     together = settings.OUTBOX_PACK_TRANSACTION
     unpacked = _Unpacked(subscriber, bodies, pack, limit, limit_ms)
@@ -239,7 +239,7 @@ def _one_pass(
 def _hold_streams(subscriber: str, sure: dict[int, Envelope]) -> bool:
     """Take the cursors of every stream an ordered handler's envelope among `sure` belongs to, in
     stream order; False, and no statement, when there is none."""
-    streams = sorted({e.stream for e in sure.values() if subscription(subscriber, e.type).ordered})
+    streams = sorted({e.stream for e in sure.values() if (sub := subscription(subscriber, e.type)) and sub.ordered})
     if streams:
         hold(subscriber=subscriber, streams=streams)
     return bool(streams)
@@ -330,13 +330,14 @@ def _retry_each_alone(broker: dramatiq.Broker, subscriber: str, owed: Owed) -> B
     return lost
 
 
-def _hand_on(broker: dramatiq.Broker, subscriber: str, bodies: list[Any], pack: dramatiq.Message) -> None:
+def _hand_on(broker: dramatiq.Broker, subscriber: str, bodies: list[Any], pack: dramatiq.Message | None) -> None:
     """Enqueue each envelope alone, a first attempt as old as the pack, counted when it comes (the
     heartbeat reads HANDED_ON). Should one enqueue fail, the pack comes again and is unpacked: the
     inboxes skip what was done."""
     for body in bodies:
         broker.enqueue(_alone(subscriber, body, pack))
-    pack.options[HANDED_ON] = len(bodies)
+    if pack is not None:
+        pack.options[HANDED_ON] = len(bodies)
 
 
 def _time_limit(broker: dramatiq.Broker) -> TimeLimit | None:

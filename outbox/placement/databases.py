@@ -9,7 +9,7 @@ anyway. The rest of the project stays on `default`. `DATABASE_ROUTERS` must name
 is set by each entry point from here: `atomic(context)`, a dispatch, a relay's `--database`.
 """
 
-from contextlib import ContextDecorator
+from contextlib import AbstractContextManager, ContextDecorator
 
 from django.apps import apps
 from django.conf import settings
@@ -52,7 +52,7 @@ def connection_of(context: str) -> ConnectionProxy:
     return _ContextConnection(context)
 
 
-def atomic(context: str | None = None, *, using: str | None = None) -> transaction.Atomic:
+def atomic(context: str | None = None, *, using: str | None = None) -> "transaction.Atomic | _AtomicIn":
     """`transaction.atomic()` for a service's state change and the events that announce it, on its
     context's database (`using`: another alias; neither: the database the kernel works in now),
     where `publish()` inside then writes.
@@ -72,7 +72,8 @@ class _AtomicIn(ContextDecorator):
     """Django's `atomic(using)`, the kernel working in `using` for the block."""
 
     def __init__(self, using: str, *, savepoint: bool = True):
-        self.using, self.savepoint, self._blocks = using, savepoint, []
+        self.using, self.savepoint = using, savepoint
+        self._blocks: list[AbstractContextManager] = []
         self.atomic = transaction.atomic(using=using, savepoint=savepoint)
 
     def _recreate_cm(self):  # as a decorator: a block of its own for each call (and each thread)

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connections, transaction
 
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
-from outbox.placement.roles import enabled, role_of, search_path
+from outbox.placement.roles import context_role, enabled, search_path
 from outbox.placement.rows import own_rows
 
 
@@ -32,7 +32,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
     quote = conn.ops.quote_name
     owners = {label: label for label in settings.OUTBOX_CONTEXTS} | {"outbox": settings.OUTBOX_SCHEMA}
     home = {table: schema for label, schema in owners.items() for table in tables_of(apps.get_app_config(label))}
-    roles = [role_of(label) for label in settings.OUTBOX_CONTEXTS]
+    roles = [context_role(label) for label in settings.OUTBOX_CONTEXTS]
     kernel = settings.OUTBOX_SCHEMA
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(

@@ -58,14 +58,15 @@ def move_context(
         raise CannotMove(f"{label!r} would move from {source!r} to {source!r}: set OUTBOX_CONTEXT_DATABASES first")
     own = _own_models(label)
     theirs = [s for s in subscribers() if context_of(s) == label]
-    kernel = [
+    kernel: list[tuple[type[models.Model], models.Q, tuple[str, ...]]] = [
         (OutboxMessage, models.Q(source=published_as(label)), ("message_id", "target_subscriber")),
         (InboxMessage, models.Q(subscriber__in=theirs), ("subscriber", "message_id")),
         (StreamCursor, models.Q(subscriber__in=theirs), ("subscriber", "stream")),
         # An unreadable message's letter has no message id: when it first failed tells it from another.
         (DeadLetter, models.Q(subscriber__in=theirs), ("subscriber", "message_id", "first_failed_at")),
     ]
-    moved = {model._meta.db_table: Moved(model._meta.db_table) for model in [*own, *(k[0] for k in kernel), Stream]}
+    tables: list[type[models.Model]] = [*own, *(k[0] for k in kernel), Stream]
+    moved = {model._meta.db_table: Moved(model._meta.db_table) for model in tables}
 
     def done(model) -> None:
         if on_table is not None:
@@ -78,7 +79,6 @@ def move_context(
     # The old database's tables are held against writers (readers go on) from the first row read
     # to the last deleted: what was copied and checked is what is deleted, nothing written between.
     # The copy and its check are one transaction on the new database: a failed check undoes the copy.
-    tables = [*own, *(k[0] for k in kernel), Stream]
     with transaction.atomic(using=source):
         _hold(source, tables)
         with transaction.atomic(using=target):
@@ -97,9 +97,9 @@ def move_context(
         # Committed on the new database; should the old one's commit fail, a second run finds every
         # row there already and deletes them.
         for model, where, _ in kernel:
-            moved[model._meta.db_table].deleted = model.objects.using(source).filter(where)._raw_delete(source)
+            moved[model._meta.db_table].deleted = model._default_manager.using(source).filter(where)._raw_delete(source)
         for model in reversed(own):
-            moved[model._meta.db_table].deleted = model.objects.using(source).all()._raw_delete(source)
+            moved[model._meta.db_table].deleted = model._default_manager.using(source).all()._raw_delete(source)
     return list(moved.values())
 
 

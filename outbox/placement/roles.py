@@ -56,7 +56,12 @@ def role_of(context: str | None) -> str | None:
     """The role `context`'s code runs under; None for the operator (or a context not listed)."""
     if context is None or context not in settings.OUTBOX_CONTEXTS:
         return OPERATOR
-    return f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}{context}"
+    return context_role(context)
+
+
+def context_role(label: str) -> str:
+    """The role of a context `OUTBOX_CONTEXTS` lists."""
+    return f"{settings.OUTBOX_CONTEXT_ROLE_PREFIX}{label}"
 
 
 def _runs_as(context: str | None) -> str | None:
@@ -115,7 +120,7 @@ def leave(before: str | None, *, at_checkout: bool = False) -> None:
     a request made in-process, by the test client or `simulate`, leaves no role behind)."""
     _wanted.set(before)
     conn = connections["default"]
-    if at_checkout and conn.pool and not conn.in_atomic_block:
+    if at_checkout and getattr(conn, "pool", None) and not conn.in_atomic_block:
         conn.close()  # back to the pool now, as Django would at the request's end (even in-process)
         return
     if conn.connection is not None and not conn.in_atomic_block and _per_session(conn):
@@ -182,11 +187,11 @@ def acting_as(context: str | None) -> Iterator[None]:
         return
     with conn.cursor() as cursor:
         _set_role(cursor, role, local=True)
-    conn._outbox_local_role = (role,)
+    conn._outbox_local_role = (role,)  # type: ignore[attr-defined]  # the role this block set, on its connection
     try:
         yield
     finally:
-        conn._outbox_local_role = local_before
+        conn._outbox_local_role = local_before  # type: ignore[attr-defined]
         if not conn.needs_rollback and not _aborted(conn):
             with conn.cursor() as cursor:
                 _set_role(cursor, current, local=True)

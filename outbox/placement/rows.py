@@ -37,7 +37,7 @@ from django.db import connections, transaction
 from outbox.core.contracts import contracts
 from outbox.core.subscriptions import context_of, subscribers, subscribers_of
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, StreamCursor
-from outbox.placement.roles import role_of
+from outbox.placement.roles import context_role
 
 
 def _literal(text: str) -> str:
@@ -54,7 +54,7 @@ def policies() -> dict[tuple[str, str], str]:
     and on the outbox the rows it may write (WITH CHECK)."""
     wanted = {}
     for label in settings.OUTBOX_CONTEXTS:
-        role = role_of(label)
+        role = context_role(label)
         source = published_as(label)
         theirs = sorted(s for s in subscribers() if context_of(s) == label)
         names = f"ARRAY[{', '.join(_literal(s) for s in theirs)}]::text[]" if theirs else "'{}'::text[]"

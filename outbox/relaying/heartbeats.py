@@ -166,8 +166,8 @@ def seen_within_a_day() -> tuple[list[dict], list[str]]:
     for database in kernel_databases():
         try:
             now = now_on(database)
-            beats = Heartbeat.objects.using(database).filter(last_seen__gte=now - timedelta(days=1))
-            beats = list(beats.order_by("kind", "process"))
+            recent = Heartbeat.objects.using(database).filter(last_seen__gte=now - timedelta(days=1))
+            beats = list(recent.order_by("kind", "process"))
         except DatabaseError:
             unanswered.append(database)
             continue

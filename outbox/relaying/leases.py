@@ -7,7 +7,8 @@ take back each other's rows, and an event is due by the same clock that judged i
 """
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import cast
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -133,8 +134,8 @@ def seconds_until_next_due() -> float | None:
     soonest = unleased.values("available_at")[:1]
     lease_ends = leased.values("claimed_until")[:1]
     if connection.vendor != "postgresql":
-        times = [t for t in (soonest.first(), lease_ends.first()) if t]
-        at = min((next(iter(t.values())) for t in times), default=None)
+        times = [cast(datetime, next(iter(t.values()))) for t in (soonest.first(), lease_ends.first()) if t]
+        at = min(times, default=None)
         return None if at is None else max(0.0, (at - timezone.now()).total_seconds())
     with connection.cursor() as cursor:
         cursor.execute(

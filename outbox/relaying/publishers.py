@@ -29,8 +29,9 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import dramatiq
 import pika
@@ -100,8 +101,9 @@ class PipelinedPublisher:
         self.parameters = broker.parameters
         self.window = window
         self.pack_size = pack_size  # copies for one queue in one broker message, at most (1: each its own)
-        self.connection: pika.BlockingConnection | None = None
-        self.channel = None
+        # pika's blocking connection and channel; the relay drives the channel's `_impl` itself.
+        self.connection: Any = None
+        self.channel: Any = None
         self._nacked = False  # a nack came on this channel: the next batch opens a new one
         self._hooked = True  # whether the broker's middleware has enqueue hooks, asked at each start()
         self._declared: set[str] = set()
@@ -130,12 +132,12 @@ class PipelinedPublisher:
         """Keys sent and not yet handed back by `collect`."""
         return len(self._copies_left)
 
-    def publish(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
+    def publish(self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
         """Send every message of the batch; return once each is confirmed, refused or lost."""
         self.start(batch)
         return self.finish()
 
-    def start(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> None:
+    def start(self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]) -> None:
         """Write the batch out, waiting only while `window` confirms are outstanding."""
         for key, messages in batch:
             self._copies_left[key] = len(messages)
@@ -154,7 +156,9 @@ class PipelinedPublisher:
         except (pika.exceptions.AMQPError, OSError, TimeoutError) as error:
             self._lost(error)
 
-    def _packed(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Iterator[tuple[tuple, dramatiq.Message]]:
+    def _packed(
+        self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]
+    ) -> Iterator[tuple[tuple, dramatiq.Message]]:
         """The batch's messages, the copies bound for one queue packed `pack_size` at a time (in the
         batch's order, so a stream's events keep theirs), each with the keys whose copies it carries.
         Not packed while some middleware has enqueue hooks: they see each copy, as Dramatiq's enqueue
@@ -334,7 +338,7 @@ class PipelinedPublisher:
         self.channel = self.connection.channel()
         # Confirm mode on the underlying channel with our own callback: BlockingChannel's
         # confirm_delivery() would make every basic_publish wait for its own confirm.
-        confirming = []
+        confirming: list[object] = []
         self.channel._impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=confirming.append)
         self.channel._impl.add_on_return_callback(self._on_return)
         self.channel._impl.add_on_close_callback(self._on_channel_closed)
@@ -385,11 +389,11 @@ class RedisPipelinedPublisher:
     outstanding = 0  # a pipeline's replies come back with it: nothing is left in flight
     wants_fresh_channel = False  # no channels, no nacks
 
-    def publish(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
+    def publish(self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]) -> Outcome:
         self.start(batch)
         return self.finish()
 
-    def start(self, batch: list[tuple[Hashable, list[dramatiq.Message]]]) -> None:
+    def start(self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]) -> None:
         broker = self.broker
         pipeline = broker.client.pipeline(transaction=False)
         keys, dispatch, hooked = [], broker.scripts["dispatch"], with_enqueue_hooks(broker)

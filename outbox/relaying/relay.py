@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from datetime import timedelta
 from functools import partial
 
@@ -142,10 +142,11 @@ class Relay:
         total = 0
         try:
             while True:
-                claimed, suspects = [], []
+                claimed: list[OutboxMessage] = []
+                suspects: list[_SendFailed] = []
                 # After a nack nothing new is sent until the copies in flight are resolved: only a
                 # quiet channel can be swapped for a fresh one (see PipelinedPublisher.wants_fresh_channel).
-                quieting = self.publisher.wants_fresh_channel and bool(in_flight)
+                quieting = self._pipelined.wants_fresh_channel and bool(in_flight)
                 if len(in_flight) < 2 * self.batch_size and not (stop and stop.is_set()) and not quieting:
                     claimed = self.claim_batch()
                     if claimed:
@@ -154,14 +155,22 @@ class Relay:
                 if not in_flight and not suspects:
                     return total
                 busy = len(claimed) >= self.batch_size
-                total += self._settle(in_flight, self.publisher.collect(wait=0 if busy else 0.005), suspects)
+                total += self._settle(in_flight, self._pipelined.collect(wait=0 if busy else 0.005), suspects)
                 self._beat_if_due()  # a relay kept busy for minutes is alive too
         finally:
             self._release(list(in_flight.values()))  # stopped by an error: claimed, not sent
 
+    @property
+    def _pipelined(self) -> PipelinedPublisher | RedisPipelinedPublisher:
+        """The publisher, in a relay that pipelines (on every broker but Dramatiq's stub)."""
+        assert self.publisher is not None
+        return self.publisher
+
     def _start(self, rows: list[OutboxMessage]) -> tuple[dict[tuple[int, str], OutboxMessage], list[_SendFailed]]:
         """Put the rows in flight; a row that cannot even be encoded is a suspect instead."""
-        in_flight, suspects, batch = {}, [], []
+        in_flight: dict[tuple[int, str], OutboxMessage] = {}
+        suspects: list[_SendFailed] = []
+        batch: list[tuple[Hashable, list[dramatiq.Message]]] = []
         for row in rows:
             with tracing.relaying(row.trace_context, event_type=row.type, message_id=row.message_id):
                 try:
@@ -169,7 +178,7 @@ class Relay:
                     in_flight[_key(row)] = row
                 except Exception as error:
                     suspects.append(_SendFailed(row, error))
-        self.publisher.start(batch)
+        self._pipelined.start(batch)
         return in_flight, suspects
 
     def _copies(self, row: OutboxMessage) -> list[dramatiq.Message]:
@@ -181,20 +190,23 @@ class Relay:
         reached = self.reached.get(row.id, ())
         return [subscriber for subscriber in self.recipients(row) if subscriber not in reached]
 
-    def _isolate(self, rows: list[OutboxMessage]) -> tuple[list[OutboxMessage], list[_SendFailed], list, Exception]:
+    def _isolate(
+        self, rows: list[OutboxMessage]
+    ) -> tuple[list[OutboxMessage], list[_SendFailed], list, Exception | None]:
         """The broker closed the channel over a copy it will not take (over its max_message_size,
         say), and every copy unconfirmed on the channel was lost with it: no confirm tells which row
         it was. Send the rows again in halves until the one that closes the channel is alone; only
         that row is a suspect. Returns what was sent, the suspects, and, should the broker be lost
         meanwhile, the rows not yet resolved with the error."""
-        sent, suspects = [], []
+        sent: list[OutboxMessage] = []
+        suspects: list[_SendFailed] = []
         groups = [rows[: len(rows) // 2], rows[len(rows) // 2 :]] if len(rows) > 1 else [rows]
         while groups:
             group = groups.pop()
             if not group:
                 continue
-            unresolved = {_key(row): row for row in group}
-            outcome = self.publisher.publish([(key, self._copies(row)) for key, row in unresolved.items()])
+            unresolved: dict[Hashable, OutboxMessage] = {_key(row): row for row in group}
+            outcome = self._pipelined.publish([(key, self._copies(row)) for key, row in unresolved.items()])
             sent += [unresolved.pop(key) for key in outcome.confirmed if key in unresolved]
             for key in outcome.refused & unresolved.keys():
                 row = unresolved.pop(key)

@@ -225,13 +225,13 @@ def _acknowledged(subscriber: str, ids: list[UUID], where: str) -> set[UUID]:
         .filter(subscriber=subscriber, message_id__in=ids)
         .values_list("message_id", flat=True)
     )
-    done |= set(
+    letters = (
         DeadLetter.objects.using(where)
         .filter(subscriber=subscriber, message_id__in=ids)
         .exclude(status=DeadLetter.Status.REPLAYED)  # a replay not yet processed is still owed
         .values_list("message_id", flat=True)
     )
-    return done
+    return done | {message_id for message_id in letters if message_id is not None}
 
 
 def _now():
