@@ -190,7 +190,7 @@ def exactly_once_and_a_poison_letter(
         if broker_url.startswith("amqp"):
             delete_queues(broker_url, deployment.prefix)
     logs = deployment.logs(whole=True)
-    # No LOGGING in the project: the kernel's lines reach stderr all the same (issue 46).
+    # The quickstart's LOGGING sends the kernel's lines to stderr: it adds no handler of its own.
     assert "outbox.relaying.relay: relay started" in logs and "relay stopped after" in logs, logs
     assert "billing processed order.placed" in logs, logs
     assert "database is locked" not in logs, logs

@@ -26,3 +26,13 @@ DATABASES["default"]["OPTIONS"] = {  # noqa: F821
 # The tests' database in a file too: a relay and workers in threads of a test connect to it on
 # their own, and SQLite's default for tests, a database in memory, locks them out now and then.
 DATABASES["default"]["TEST"] = {"NAME": BASE_DIR / "test_db.sqlite3"}  # noqa: F821
+
+# The kernel's lines (the relay's, one for each handled message) on stderr at INFO: the kernel, a
+# library, adds no handler of its own, so the project says where they go.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"outbox": {"handlers": ["stderr"], "level": "INFO", "propagate": False}},
+}
