@@ -1,39 +1,13 @@
-"""The outbox kernel's public surface: everything a bounded context may import from it.
+"""The outbox kernel's public surface for a bounded context: its messaging, and nothing else.
 
-A context declares its events, publishes them with the state change they announce, subscribes
-handlers to other contexts' events, and shows its records in the console, through these names
-and no others. The rest of the kernel (the relay, dispatch, the stores, the sweep, the console's
-own pages) is its inside and may change: an import contract (pyproject.toml) refuses a context any
-other module of it but `outbox.ops` (the admin's wiring, health and metrics, for the deployable).
-
-Publishing: state and its events in one transaction
-    publish             append an event to the outbox in the caller's transaction; relayed after commit
-    publish_many        several events on one stream, in order, in one statement (a schedule of timers)
-    atomic              the transaction a service's change and its events share (joins a handler's)
-    connection_of       a context's connection for its own SQL, on whichever database its tables are
-    locked_row          the row a service changes, read by its key and locked (its statement written once)
-    save_fields         save(update_fields=...) of that row, its UPDATE written once per set of fields
-    insert_row          save(force_insert=True) of a new row, its INSERT written once per model
-    withdraw_scheduled  take back a stream's events still scheduled for later (timers made moot)
-    PublishOutsideTransaction, EventTooLarge   what publish refuses
-
-Contracts: the published language
-    Event               a fact a context publishes: subclass it with `type`, `version` and the fields
-    Reader              a subscriber's own tolerant view of a payload
-    upcaster            how a payload of one version becomes the next, for messages still queued
-
-Handling: the other side
-    subscribe           register a handler for an event type (idempotent, retried, ordered if asked)
-    when_unprocessable  what a subscriber does when a message can never be processed
-    Received            what a handler is given: the envelope and its payload, read
-    Envelope            what every message carries around its payload
-    Rejected            raise it for a message that can never succeed: a dead letter at once
-
-Stories: what a context's own pages show of one
-    correlation_timeline, sequence_diagram
-
-Each name is loaded on first use, so a context's `events.py` may import this module before
-Django's apps are ready (only the publishing and console names need the models).
+A context declares its events (Event, Reader, upcaster), publishes them with the state change they
+announce (publish, publish_many, atomic, connection_of, locked_row, save_fields, insert_row,
+withdraw_scheduled, and what publish refuses), subscribes handlers to other contexts' events
+(subscribe, when_unprocessable, Received, Envelope, Rejected), and shows a story on its own pages
+(correlation_timeline, sequence_diagram). The guide's "The public API" page says what each does.
+The rest of the kernel is its inside: an import contract (pyproject.toml) refuses a context any
+other module of it but `outbox.ops`. Each name loads on first use, so a context's `events.py` may
+import this module before Django's apps are ready.
 """
 
 from importlib import import_module

@@ -75,7 +75,7 @@ class OutboxMessage(models.Model):
         return f"{self.type} v{self.version} {self.message_id}"
 
     def envelope(self, *, traced: bool = True) -> dict:
-        """The wire form, exactly as the envelope table of docs/architecture.md; `traced=False`
+        """The wire form, exactly as the guide's envelope (Concepts); `traced=False`
         leaves out the trace context (a dead letter for a row whose trace context is unusable)."""
         return {
             "message_id": str(self.message_id),

@@ -1,27 +1,8 @@
-"""What the deployable that runs the kernel uses of it, beside `outbox.api` (the contexts' messaging)
-and `outbox.configuration` (its settings): health checks, metrics, its processes and queues, the
-admin's wiring. The rest of the kernel is its inside and may change; an import contract
-(pyproject.toml) refuses the deployable and the contexts any other module of it.
-
-Health and metrics
-    broker_urls, amqp_parameters   the broker's nodes from BROKER_URL, as the workers reach them
-    describe_broker                BROKER_URL for a log line, its password left out
-    kernel_databases               every database with the kernel's tables (a context may have its own)
-    working_in                     the kernel working in one of them, for a block
-    counters                       the kernel's Prometheus counters
-    sweep_lag_seconds              how far behind the redelivery sweep is
-    open_groups_everywhere         the open dead letters in groups of one cause, every database's
-    OutboxMessage, DeadLetter      the outbox and the dead letters, to count
-
-Processes and queues
-    QueueTypeRabbitmqBroker        the RabbitMQ broker that declares each queue's type
-    queue_name, routing_table      a subscriber's queue, and who subscribes to what
-
-Wiring
-    acting_as                      code that crosses contexts on purpose, under each context's role in turn
-    ReadOnlyAdmin, timeline_link   the console's pieces for an app's own admin pages
-
-Each name is loaded on first use, as `outbox.api`'s are.
+"""What the project that runs the kernel uses of it, beside `outbox.api` (its contexts' messaging) and
+`outbox.configuration` (its settings): health checks and metrics (the broker's nodes, every
+database with the kernel's tables, the counters, the sweep's lag, the dead-letter groups), its
+processes and queues, and the admin's wiring (ReadOnlyAdmin, timeline_link, acting_as). The
+guide's Operations page says what each does. Each name loads on first use, as `outbox.api`'s do.
 """
 
 from importlib import import_module

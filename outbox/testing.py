@@ -1,24 +1,12 @@
-"""What a team that adds a context needs to test its handlers (docs/testing-a-context.md).
+"""What a team that adds a context needs to test its handlers (the guide's Testing page).
 
-- `deliver()` hands one message to one subscriber, as the publisher would send it but without
-  the publisher's contract or code: its type, version and payload (a dict, or the subscriber's
-  own `Reader`), through the real dispatch (inbox, ordering, upcasting, validation, dead letters)
-  in the test's process. It says what came of it; handed the same envelope again, the second is a
-  duplicate. `an_envelope()` builds such a message without handing it.
-- `run_choreography()` plays the choreography in the test's own process: every event in the
-  outbox goes to each of its subscribers through the real dispatch (inbox, ordering, upcasting,
-  dead letters), then whatever they published, until nothing is left. No broker, no relay, no
-  worker: a unit test of a whole flow.
-- `published()` lists what was published, by type and by correlation, as envelopes.
-- `wait_until_processed()` is for integration tests against a real relay and real workers: it
-  returns once every event of a correlation has been relayed and each of its subscribers has
-  processed it or set it aside as a dead letter, and fails naming what is still out.
-- `failing()` makes one subscriber's handler fail on purpose, for testing retries, dead letters
-  and compensations.
-
-An event counts as handled by a subscriber once that subscriber's inbox holds it or a dead letter
-of it exists: the kernel's own records, so a flow half played by hand and half by
-`run_choreography` agrees with itself.
+`deliver()` hands one message to one subscriber through the real dispatch, in the test's process,
+and says what came of it; `an_envelope()` builds one. `run_choreography()` plays the choreography
+in process, every event to each of its subscribers, until nothing is left: a unit test of a whole
+flow. `published()` lists what was published. `wait_until_processed()` waits, in an integration
+test against real relays and workers, until every event of a story was processed or set aside.
+`failing()` makes a handler fail on purpose. An event counts as handled once its subscriber's inbox
+holds it or a letter of it exists: the kernel's own records.
 """
 
 import dataclasses

@@ -1,22 +1,12 @@
 """The event catalogue as an AsyncAPI 3.0 document, generated from the registry and the contracts.
 
-The same sources as `docs/events/*.json` (the contracts) and the choreography map (the routing
-table): one channel per event type, one message per version of it (its payload the envelope
-around that version's contract), a `send` operation for the context that publishes it and a
-`receive` operation for each subscriber, naming its handler, the versions it reads, and whether
-it is ordered, a compensation or has outside effects. `manage.py export_asyncapi` writes it to
-`docs/events/asyncapi.json`; a test fails when the file no longer matches the code.
-
-On the wire, the relay copies each event into one queue per subscriber (named after the
-subscriber), as a Dramatiq message whose single argument is the envelope: the channel's
-address is the event type (the envelope's `type`), and each receive operation names its queue.
-
-Each message is defined once, in `components.messages`; a channel lists its messages as
-references to them, and an operation references the messages of its channel, as AsyncAPI 3 asks.
-The `info` block's title and version and the `servers` come from `OUTBOX_ASYNCAPI_TITLE`,
-`OUTBOX_ASYNCAPI_VERSION` and `OUTBOX_ASYNCAPI_SERVERS` (`from_settings()`), which the command's
-options override. A server given as a URL keeps its scheme, host, port and path: never its user,
-password or query, so a broker's URL with its credentials may be given as it is.
+One channel per event type (its address the envelope's `type`), one message per version (its
+payload the envelope around that version's contract, defined once in `components.messages`), a
+`send` operation for the publishing context and a `receive` operation for each subscriber (its
+queue, handler, versions, and whether it is ordered, a compensation or has outside effects).
+`manage.py export_asyncapi` writes it; the title, version and servers come from the
+OUTBOX_ASYNCAPI_* settings (`from_settings()`), and a server's URL keeps its scheme, host, port
+and path, never its credentials.
 """
 
 import inspect

@@ -2,8 +2,8 @@
 
 The kernel reads each as `settings.OUTBOX_...` where it is used, so a test's `override_settings`
 works as for any Django setting. What a project leaves out is filled in from `DEFAULTS` once, when
-Django loads the app (`OutboxConfig`), as django-appconf does. docs/production.md says what each
-one does; the deployable here reads them from the environment.
+Django loads the app (`OutboxConfig`), as django-appconf does. The guide's Settings page says
+what each one does.
 """
 
 import copy

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 class Reason(StrEnum):
-    """Why a message was dead-lettered; the catalog is documented in docs/operations.md."""
+    """Why a message was dead-lettered; the guide's Concepts lists them, and whether a replay helps."""
 
     INVALID_ENVELOPE = "invalid_envelope"
     UNKNOWN_TYPE = "unknown_type"

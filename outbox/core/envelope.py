@@ -1,4 +1,4 @@
-"""The envelope every message travels in (docs/architecture.md, "The envelope")."""
+"""The envelope every message travels in (the guide's Concepts, "The envelope")."""
 
 from datetime import datetime
 from typing import Any

@@ -135,7 +135,7 @@ def withdraw_scheduled(*, stream: str, using: str | None = None) -> int:
     if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
     # As SQL: the ORM's delete() built the query and looked for cascades and signals (the outbox has
-    # neither) for every story that ends, at more CPU than the DELETE (docs/performance.md).
+    # neither) for every story that ends, at more CPU than the DELETE.
     sql, params = _WITHDRAW, [stream]
     if connection.vendor != "postgresql":  # one host (SQLite, the embedded default): its clock is the one
         sql, params = _WITHDRAW_BY_HOST_CLOCK, [stream, _available_at.get_db_prep_value(timezone.now(), connection)]

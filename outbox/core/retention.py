@@ -1,23 +1,12 @@
-"""Retention: the outbox, the inboxes and the stream cursors would otherwise grow forever.
+"""Retention: `prune()` deletes what no guarantee needs once it is older than the retention window,
+in batches of short transactions (`SKIP LOCKED`: it never waits on a relay or a handler):
+published outbox rows, inbox rows, resolved dead letters, the cursors and counters of streams with
+no event left, and the heartbeats of processes silent for a day. Never an unpublished row, a
+letter that could still be replayed, nor the inbox row or stream position such a letter needs.
 
-`prune()` deletes, in batches of its own short transactions (`SKIP LOCKED`, so it never waits
-on a relay or a handler), what no guarantee needs any more once it is older than the retention
-window: published outbox rows, inbox rows, resolved dead letters, cursors and sequence counters
-of streams with no event left in the outbox, and the heartbeats of processes silent for a day
-(killed ones: a clean stop removes its own). It never deletes an unpublished row, a letter that
-could still be replayed (open, or replayed and not yet processed), the inbox row of a message
-such a letter may still deliver, nor the position of a stream such a letter belongs to.
-
-The window must outlive every horizon in which an old message can still arrive: a copy still
-queued (OUTBOX_MESSAGE_TTL_SECONDS, after which it is dead-lettered as expired) or sent again by
-the redelivery sweep (OUTBOX_SWEEP_HORIZON_SECONDS). Within it an inbox row still turns a
-redelivery into a no-op; past it no copy exists to deliver. A replayed dead letter is a fresh
-send of the envelope the dead letter keeps, so it needs no outbox row.
-
-With a context on a database of its own (outbox.placement.databases) a stream's events are in
-its publisher's outbox and its cursors beside each subscriber's inbox, on another database: a
-cursor or a counter idle on its own database is deleted only once the others have no event, no
-replayable letter (and, for a counter, no cursor) of its stream either.
+The window must outlive every horizon in which an old copy can still arrive (the message TTL, the
+sweep's horizon): a system check says so. With a context on a database of its own, a stream idle
+on one database is deleted only once the others have nothing of it either.
 """
 
 from collections.abc import Callable

@@ -1,26 +1,11 @@
-"""`save_fields()` and `insert_row()`: `save(update_fields=...)` and `save(force_insert=True)`
-with their statements written once per shape.
+"""`save_fields()` and `insert_row()`: `save(update_fields=...)` and `save(force_insert=True)` with
+their statements written once per (model, fields), from the model's metadata: the ORM compiled the
+same statement for every message, at about three times the CPU of sending it.
 
-A handler's service changes a few fields of the row it locked (`locked_row`) and saves them.
-Through `save(update_fields=...)` Django builds a queryset, a query and an UPDATE compiler and
-compiles the same statement for every message: about three times the CPU of sending it. Here the
-statement for a (model, fields) pair is written once from the model's metadata; each save runs
-every field's `pre_save()` (so `auto_now` moves as with `save()`) and `get_db_prep_save()` (the
-values bound as the ORM binds them), and sends it.
-
-Like `save()`, a failure marks the caller's transaction for rollback
-(`transaction.mark_for_rollback_on_error`), so that a caller catching it (an IntegrityError for a key
-already there) cannot commit as if the transaction still held its work.
-
-What it leaves out, on purpose: the `pre_save`/`post_save` signals (no model of this project
-listens to them) and a model's own `save()` override (refused: that logic would be skipped).
-A value that is an expression (`F("n") + 1`), or a field that writes its own placeholder, goes
-through `save(update_fields=...)` as before.
-
-`insert_row()` does the same for a new row: its INSERT of every column written once per model,
-`pre_save(add=True)` (so `auto_now_add` is set) and `get_db_prep_save()` for each value. A row
-whose key the database must choose (an auto-increment key) or that holds an expression goes
-through `save(force_insert=True)`, which reads back what the database chose.
+Each runs every field's `pre_save()` (so `auto_now` and `auto_now_add` move as with `save()`) and
+`get_db_prep_save()`, and, like `save()`, a failure marks the caller's transaction for rollback.
+Left out on purpose: the `pre_save`/`post_save` signals and a model's own `save()` (refused). A
+value that is an expression, or a key the database chooses, goes through `save()` as before.
 """
 
 from collections.abc import Iterable

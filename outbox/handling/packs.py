@@ -1,47 +1,14 @@
-"""Packs: several envelopes bound for one subscriber, carried by one broker message.
+"""Packs: several envelopes bound for one subscriber, carried by one broker message, so that the
+broker's hand-over and acknowledgement and Dramatiq's consumer are paid once a pack.
 
-The relay packs the copies it claimed together for one queue (`outbox.relaying.publishers`), so the
-broker's hand-over and acknowledgement, Dramatiq's consumer and middleware and the pool's hand-out
-are paid once a pack instead of once a copy (docs/performance.md has what that saves).
-
-Each envelope is dispatched on its own, as if it had come alone: its own inbox row, dead letter,
-metrics and log line. The envelopes share one transaction (OUTBOX_PACK_TRANSACTION), so a pack pays
-one BEGIN and COMMIT, not one an envelope, and their inbox rows are written in one statement
-(`outbox.handling.receipts`: those sure to reach their handler), save an envelope whose handler has
-`outside_effects`: it is committed alone before the next one starts, so that no neighbour's failure
-can roll it back and have its effect happen again. The shared transaction has no savepoint an
-envelope (Django's cost more CPU than a transaction of their own): should a handler fail, what the
-pass did is rolled back and the envelopes handled again, that handler not run again but its error
-taken where it would have gone alone; outcomes are counted and logged once committed, and so is
-what the kernel says of each envelope on the way (its letter, its retry: `log_context`). An ordered
-handler's stream cursors are taken after the inbox rows (the order a message alone takes them in),
-every stream of the pack at once in stream order, and a pass is rolled back to a savepoint taken
-once they are held (Django's `atomic`, so what the pass asked to run on commit goes with it): two
-packs of one ordered subscriber, or a pack and a lone copy of one of its messages, wait for each
-other instead of deadlocking, and a failed pass never lets another worker apply a later event of a
-held stream in between, which would leave the earlier one stale.
-
-A pack is only ever each envelope's first attempt. One that fails, to be retried, leaves the pack:
-it is enqueued again, once the pack's transaction commits, as a message of its own, with the retry
-Dramatiq's Retries middleware would have given it (`retries` counted, the same backoff), and takes
-the ordinary path from there (OUTBOX_MAX_RETRIES, then its dead letter). The pack is
-acknowledged once every envelope is processed, set aside or enqueued alone.
-
-Each envelope has Dramatiq's time limit to itself, as it would alone: the TimeLimit middleware arms
-one deadline a message, which a pack of slow handlers would share. So that a pack still ends within
-RabbitMQ's consumer_timeout (30 minutes by default: past it the broker closes the worker's channel,
-and every pack prefetched on it comes again), what is left of a pack once it has used one limit is
-handed on alone, as first attempts as old as the pack: a pack takes about two limits at most, the
-one it used and its last envelope's (`manage.py check` warns, outbox.W002, when two reach the
-timeout). A pack that comes again (its worker died half-way, or something escaped it: the broker
-refused a retry's enqueue, the time limit fired between two envelopes) is not tried as a pack
-again: each envelope is enqueued alone, a first attempt, and the inboxes skip what was done. So an
-envelope that kills its worker never holds its neighbours hostage. RabbitMQ marks redelivered the
-packs a stopping worker had only prefetched too, and nothing tells them from one its worker died
-in: they are unpacked all the same, a restart's cost (Dramatiq prefetches two messages a worker
-thread), and the heartbeat counts their envelopes once, as they come alone. An envelope whose retry
-the broker refused, in a pack whose retry it refused too, is owed: the redelivery sweep sends it
-again.
+Each envelope is dispatched as if it had come alone (its own inbox row, letter, metrics and log
+line), in one transaction shared with its neighbours (OUTBOX_PACK_TRANSACTION) but for a handler
+with `outside_effects`, committed alone. Should a handler fail, the pass is rolled back and done
+again without it, its error taking the path it would have taken alone; an ordered handler's streams
+are held first, in stream order, and kept across passes. A pack is each envelope's first attempt
+only: one to be retried leaves it as a message of its own. Each envelope has the time limit to
+itself, and what is left once a pack has used one goes on alone, so that a pack ends within
+RabbitMQ's consumer_timeout; a pack that comes again is unpacked, each envelope enqueued alone.
 """
 
 import logging

@@ -1,21 +1,12 @@
 """Move a context, with its data, onto the database the settings now put it on (`move_context`).
 
-What moves with it: its tables' rows (their keys kept), and the kernel's rows that are its: the
-events it published (relayed or not, timers still to come, copies the sweep sends again), its
-subscribers' inbox rows, stream cursors and dead letters. Every stream's numbering is carried over
-too, at the higher of the two numbers, so that its next event is numbered after the last its
-subscribers saw (a stream numbered from 1 again would have each of its events dropped as stale by
-an ordered subscriber). What another context published to it stays where it was, and that
-database's relay sends it on: the context's handlers now run on the new database, where its inbox is.
-
-Three steps, each safe to run again: copy (one transaction on the new database, all of it or
-nothing, with the check: a row already there, by its key, is left as it is), check (every row of
-the old database is on the new: the context's own with every field the same), delete from the old
-database; the old database's tables held against writers throughout. Rows are matched as values,
-a NULL matching a NULL (a row still waiting for what it will refer to, an unreadable message's dead
-letter no message id) and JSON as it reads. Stop the processes first (web, workers, relays): a
-writer caught in the middle of a write makes it stop, not wait. docs/deployment.md has the whole
-procedure.
+What moves: its tables' rows (their keys kept) and the kernel's rows that are its (the events it
+published, its subscribers' inbox rows, cursors and letters); every stream's number is carried at
+the higher of the two, so that no ordered subscriber finds its next events stale. Three steps,
+each safe to run again, the old database's tables held against writers throughout: copy (one
+transaction on the new database; a row already there is left as it is), check (every row is there,
+the context's own field by field, a NULL matching a NULL, JSON as it reads), and delete from the
+old database. Stop the processes first: the guide's `move_context` has the whole procedure.
 """
 
 from collections.abc import Callable, Iterable, Iterator

@@ -1,31 +1,15 @@
-"""Each context owns its data, and PostgreSQL enforces it: a schema and a role per context.
+"""Each context's code runs under a role of its own, so that PostgreSQL refuses it another context's
+tables, whoever wrote the query and however: with `OUTBOX_CONTEXTS`, each listed app's tables are in
+a schema of its own (made by `migrate`: outbox.placement.grants), and its role may use that schema
+and its own rows of the kernel's tables, nothing else.
 
-With `OUTBOX_CONTEXTS = ["orders", "invoices", ...]` on PostgreSQL, each listed app's tables live
-in a schema named for it and the kernel's in `OUTBOX_SCHEMA`; each context has a role
-(`OUTBOX_CONTEXT_ROLE_PREFIX` + its label, NOLOGIN) that may use its own schema and its own part
-of the kernel's tables, and nothing else. A query from one context's code into another's table is then refused by
-PostgreSQL itself, whoever wrote it and however (a raw SQL line, an admin filter, a report added
-next year): to the role of `orders` the schema `invoices` is not there ("relation invoices_invoice
-does not exist"), and named, it is not theirs ("permission denied for schema invoices").
-
-Who runs under which role:
-- a subscriber's handler, under its context's (dispatch and packs call `enter` before they open
-  the handler's transaction, and `acting_as` around the handler);
-- a request, under the role `OUTBOX_CONTEXT_URLS` names for its path (`context_roles` middleware),
-  and code that crosses contexts on purpose (the project's wiring) says so with `acting_as`;
-- operators (the admin, the console, the relay and every management command), under the role the
-  project connects as, which owns every schema: they read across contexts by design (the story of
-  one correlation id is every context's rows), and migrations need the owner.
-
-The schemas, roles and grants are made by `migrate` (outbox.placement.grants); every
-connection's `search_path` names every schema, so the models' unqualified tables are found there.
-
-Session or transaction: on a direct connection a role is set for the session, only when it changes
-(`SET ROLE`, outside any transaction, so that no rollback takes it back): consecutive handlers of
-one context, or API requests, pay nothing. Through a transaction pooler (`OUTBOX_TRANSACTION_POOLER`)
-a session setting would follow the server connection to another client, so the role is set for
-each transaction only (`SET LOCAL ROLE`): a handler's by dispatch, a request's by an execute_wrapper
-as each of its transactions begins (a statement outside one becomes one).
+A handler runs under its context's role (`enter` at dispatch), a request under the role
+`OUTBOX_CONTEXT_URLS` names for its path (the `context_roles` middleware), code that crosses
+contexts on purpose under `acting_as`; operators (the admin, the console, the relay, every command)
+as the project's own role, which owns every schema. On a direct connection the role is the
+session's, set only when it changes; through a transaction pooler (`OUTBOX_TRANSACTION_POOLER`) a
+session's setting would follow the server session to another client, so it is set for each
+transaction (`SET LOCAL ROLE`), a statement outside one becoming one.
 """
 
 from collections.abc import Iterator

@@ -1,30 +1,13 @@
-"""Each context's own outbox, inbox, cursors and dead letters, on a database it shares: PostgreSQL's
-row-level security on the kernel's tables.
+"""Each context's own outbox, inbox, cursors and letters on a database it shares: PostgreSQL's
+row-level security on the kernel's tables, one policy for each context role and table.
 
-The kernel's tables are one set per database (outbox.placement.databases puts a set on every
-database a context is on), so that a context's state and its events stay in one transaction. On a
-database several contexts share, each context's role (outbox.placement.roles) may read and
-write only its own rows of them:
-
-- `outbox_outboxmessage`: the events it published (`source`, the app that declares them); and it
-  may write only events of the types it declares, each to the subscribers of that type (so that
-  no event of another context's is relayed and handled as if that context had published it);
-- `outbox_inboxmessage`, `outbox_deadletter`, `outbox_streamcursor`: its subscribers' rows.
-
-So to the role of `invoices` the outbox holds the invoices' events and nothing else: a query for the
-orders' events finds none, and an event written under another context's name, or of another
-context's type, is refused ("new row violates row-level security policy"). What a role may do
-with each table at all is outbox.placement.grants' `KERNEL_PRIVILEGES`. The project's role owns the
-tables and is not bound by their policies: the relay, the sweep, the admin and the console read
-every context's rows, as the story of a correlation id is (`correlation_timeline` reads it as the
-operator, wherever it is called from: a story shown through one context's API is every context's
-events).
-
-One policy for each context role and table, named after the role, its conditions kept as its
-comment: `after_migrate` compares those with what the contracts and subscriptions now say (a
-subscriber added since) in one catalog query, and writes them again only when they differ. A
-release that takes a subscriber off an event refuses that event from the processes of the release
-before it once its `migrate` has run: docs/deployment.md says when to run it.
+To its role the outbox holds the events it published (`source`) and takes only events of the
+types it declares, to the subscribers of that type; the inbox, the letters and the cursors hold its
+subscribers' rows. The project's role owns the tables and reads every context's rows (the relay,
+the sweep, the console). Each policy keeps its conditions as its comment: `migrate` compares them
+with what the contracts and subscriptions now say, in one catalog query, and writes them again
+only when they differ. A release that takes a subscriber off an event refuses that event from the
+release before it once its `migrate` has run: the guide's upgrades say when to run it.
 """
 
 import json

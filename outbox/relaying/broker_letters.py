@@ -1,20 +1,12 @@
-"""What the broker set aside, brought into the dead-letter store the console shows.
+"""What Dramatiq set aside unread, brought into the dead-letter store the console shows.
 
-Dispatch sets aside, as a dead letter with its reason, every message it can read. What it never
-sees is failed into the subscriber's Dramatiq dead-letter queue (`<queue>.XQ`) by Dramatiq itself:
-a message that is not one of Dramatiq's at all (not JSON: Dramatiq cannot decode it and rejects
-it), or one Dramatiq failed before the actor ran. The relay's sweeper empties those queues on
-RabbitMQ into the store: `unreadable` for what cannot be decoded (its first bytes kept), and
-`failed_by_dramatiq` for a message Dramatiq failed, its envelope kept for a replay. Each is
-acknowledged on the broker only once its letter is committed: a crash in between records it again
-(an envelope's letter counts one attempt more; an unreadable message gets a second one). A letter
-the message already had keeps its reason and status: one dispatch wrote says why it failed, one
-processed or discarded since stays closed, and a replay under way is left to its own outcome.
-One whose letter cannot be written is given back to `.XQ` at once, for the next sweep: left
-unacknowledged it would wait, unseen, for the sweeper's connection to close (which may be never).
-The sweep goes on with the other subscribers' queues and raises afterwards. A message whose letter
-could never be written as it is (a value PostgreSQL's jsonb refuses, such as a NUL) is kept as text
-in an `unreadable` letter instead, so that it never holds its queue.
+A message dispatch never saw (not one of Dramatiq's, or one Dramatiq failed before the actor ran)
+lands in the subscriber's `<queue>.XQ`. The relay's sweeper empties those queues on RabbitMQ into
+the store: `unreadable` for what cannot be decoded (its first bytes kept), `failed_by_dramatiq`
+for the rest (its envelope kept for a replay). Each is acknowledged only once its letter is
+committed; a letter the message had already keeps its reason and status. One whose letter cannot
+be written goes back to `.XQ` for the next sweep, and the other queues are still collected; one
+whose envelope jsonb refuses (a NUL) is kept as text in an `unreadable` letter.
 """
 
 import contextlib

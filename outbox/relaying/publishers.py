@@ -1,27 +1,13 @@
 """How the relay hands a batch to the broker: every copy confirmed, many copies in flight at once.
 
-Dramatiq's `RabbitmqBroker.enqueue` waits for each publisher confirm in turn (about 900
-messages/s on loopback). This publisher keeps up to `window` messages in flight on a channel of
-its own in confirm mode and collects the broker's acks and nacks by delivery tag (a multiple ack
-covers every tag up to it), so a batch costs about one round trip. Messages are written through
-the channel's non-blocking layer and the socket is flushed every `FLUSH_EVERY` messages, not
-once per message as `BlockingChannel.basic_publish` does. What it sends is exactly
-what `enqueue` would send: the same queue, the same encoded Dramatiq message, the same
-properties (persistent, `mandatory`), so Dramatiq's workers consume it unchanged.
-
-The guarantee stays the relay's: a row counts as sent only when every copy of it was acked.
-A nacked or returned (unroutable) copy, a dropped connection or a confirm that never comes
-leaves the row unsent, to be sent again; the inboxes absorb the copies that did arrive.
-
-Bookkeeping is per copy, by delivery tag, never by message id: every copy of a row shares the
-event's id, so a lookup by id loses a copy's return once a sibling copy was acked. RabbitMQ sends
-a copy's `basic.return` before that copy's ack, and processes a channel's publishes in order, so
-a return belongs to the earliest unconfirmed copy with its message id and queue. Keys are the
-relay's (row, claim): copies of an older claim of the same row never count for a newer one.
-A refused key is handed back once every copy of it is confirmed, not at its first return or nack:
-a sibling's ack can come later (a busy broker's queue confirms after its channel returned the
-unroutable copy), and the relay sends again to every queue it is not told took one.
-Delivery tags belong to one channel; when it closes, every copy unconfirmed on it is lost.
+Dramatiq's `enqueue` waits for each publisher confirm in turn; this keeps up to `window` messages
+in flight on a channel of its own in confirm mode, written through its non-blocking layer, and
+collects the acks and nacks by delivery tag, so a batch costs about one round trip. It sends what
+`enqueue` would (the same queue, message and properties), so Dramatiq's workers read it unchanged.
+A row counts as sent only when every copy of it was acked. Bookkeeping is per copy, by delivery
+tag, never by message id (every copy shares its event's id); a refused key is handed back once
+every copy of it is confirmed, naming each queue that took one. Tags belong to one channel: when
+it closes, every copy unconfirmed on it is lost.
 """
 
 import contextlib

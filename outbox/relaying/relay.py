@@ -1,18 +1,12 @@
 """The relay: hand committed outbox rows to the broker, one copy per subscriber queue.
 
-Rows are *claimed* (a short lease written in its own transaction, `SKIP LOCKED` so several
-relays share the work), sent with the broker's publisher confirms (on RabbitMQ the copies a claim
-holds for one queue travel in one message, a pack: outbox.relaying.publishers), then marked published.
-No lock or transaction is held while talking to the broker. A relay that dies between
-sending and marking leaves an expiring lease; the rows are sent again and the subscribers'
-inboxes drop the copies. Rows are found by "not yet published", never by a watermark, so a
-transaction that commits late is still relayed.
-
-Any error backs off and is retried; rows the broker confirmed are always marked first. A row
-that alone keeps failing to send (a poison row) is held for 2, 4, 8... seconds while the rows
-behind it flow, and after OUTBOX_RELAY_MAX_SEND_ATTEMPTS it is set aside as a dead letter
-(`unsendable`) for each subscriber it had not reached. A copy returned unroutable is its queue's
-outage, not the row's fault: see outbox.relaying.queue_outages.
+Rows are claimed (a short lease in its own transaction, `SKIP LOCKED`, so relays share the work),
+sent with publisher confirms (on RabbitMQ in packs: outbox.relaying.publishers) and marked
+published; no lock or transaction is held while talking to the broker. A relay that dies between
+sending and marking leaves an expiring lease, and the inboxes drop the copies sent again. Rows are
+found by "not yet published", never by a watermark. Any error backs off and is retried, what the
+broker confirmed marked first; a row that alone keeps failing is held back while the rows behind
+it flow, then set aside as `unsendable` for each subscriber it had not reached.
 """
 
 import logging

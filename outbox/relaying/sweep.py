@@ -1,20 +1,11 @@
 """The redelivery sweep: nothing is lost even when the broker loses it.
 
-For every relayed event the outbox knows who must process it (its recipients) and can see who
-did (the inboxes) or gave up (open or discarded dead letters). A recipient that has done
-neither OUTBOX_SWEEP_GRACE_SECONDS after the event was relayed gets it again, through the
-outbox, as a copy for that subscriber alone (its inbox drops it if the first copy was only
-late). After OUTBOX_SWEEP_MAX_RESENDS such copies it is dead-lettered as `never_acknowledged`.
-
-Only rows not yet settled, relayed within OUTBOX_SWEEP_HORIZON_SECONDS, are looked at, through
-a partial index; a row every recipient has acknowledged is marked settled and never read again.
-
-A run reads them in pages (keyset on the index, oldest first), each page its own short
-transaction, until it has caught up with what is past its grace: its capacity is the database's
-(tens of thousands of rows a second), not one page per interval, so the unsettled backlog stays
-at about the grace period's worth of events however fast the system relays. Every relay runs it
-from a thread of its own each OUTBOX_SWEEP_INTERVAL_SECONDS, whatever the relay is doing; an
-lock per page (a row of outbox.models.Lock) keeps two relays from sweeping the same page at once.
+Each relayed event knows who must process it (its recipients); the inboxes and the letters say
+who did or gave up. A recipient that has done neither OUTBOX_SWEEP_GRACE_SECONDS after the event
+was relayed gets it again, as a copy for it alone, and after OUTBOX_SWEEP_MAX_RESENDS the event
+is dead-lettered as `never_acknowledged`. Only rows not yet settled, within the horizon, are read,
+through a partial index, in pages (each its own short transaction, one relay's at a time: a row of
+outbox.models.Lock) until it has caught up: its capacity is the database's, not a page an interval.
 """
 
 import contextvars
