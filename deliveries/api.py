@@ -1,4 +1,5 @@
-"""The customer REST API (django-ninja): thin views over services and selectors."""
+"""The deliveries' part of the REST API (a django-ninja router the site's API mounts): thin views
+over services and selectors. A service's refusal is answered by the site's API, by its kind."""
 
 import hashlib
 import json
@@ -6,19 +7,14 @@ import logging
 from typing import Literal
 from uuid import UUID, uuid4
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from ninja import Header, NinjaAPI, Query, Status
-from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
-from ninja.parser import Parser
-from ninja.security import HttpBearer
+from django.http import HttpResponse
+from ninja import Header, Query, Router, Status
+from ninja.errors import HttpError
 
+from common.schemas import ERRORS
 from deliveries import confirmation, rescheduling, selectors, services, timeline_picture
-from deliveries.models import Customer, Delivery
+from deliveries.models import Delivery
 from deliveries.openapi import SVG_ANSWER, links_to_the_delivery
-from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.schemas import (
     ConfirmationIn,
     ConfirmationTokenOut,
@@ -28,181 +24,11 @@ from deliveries.schemas import (
     DeliveryRequestIn,
     DeliveryRescheduleIn,
     DeliveryStatusOut,
-    ErrorOut,
     TimelineEvent,
 )
-from deliveries.transitions import NotYet, TooLate
 
 logger = logging.getLogger(__name__)
-
-
-class NotJson(Exception):
-    pass
-
-
-class DuplicateKey(ValueError):
-    """A key twice in one JSON object: which one the client meant cannot be known, so neither is taken."""
-
-    def __init__(self, key: str):
-        super().__init__(f"the key {key!r} appears twice in one object")
-        self.key = key
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise DuplicateKey(key)
-        seen[key] = value
-    return seen
-
-
-class JsonBodyParser(Parser):
-    """Accept JSON bodies only, so a form or text body gets a clear 415 instead of a guess; a key
-    twice in an object, or nesting deeper than the parser goes, is a clear 400 too."""
-
-    def parse_body(self, request: HttpRequest):
-        if request.content_type != "application/json":
-            raise NotJson(request.content_type or "none")
-        try:
-            data = json.loads(request.body, object_pairs_hook=_no_duplicate_keys)
-        except RecursionError:
-            raise ValueError("the JSON is nested too deeply") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got a JSON {type(data).__name__}")
-        return data
-
-
-class CustomerToken(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> Customer | None:
-        return selectors.customer_with_token(token)
-
-
-api = NinjaAPI(
-    title="Drone delivery",
-    version="1.0",
-    description="Request drone deliveries and follow them. Authenticate with `Authorization: Bearer <token>`.",
-    auth=CustomerToken(),
-    parser=JsonBodyParser(),
-    throttle=[CustomerRateThrottle()],
-    urls_namespace="api",
-)
-ERRORS = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-    415: ErrorOut,
-    422: ErrorOut,
-    429: ErrorOut,
-    503: ErrorOut,
-}
-RETRY_AFTER_SECONDS = 5
-
-
-def refused(status: int, error: Exception, field: str, message: str | None = None) -> Status:
-    """A view's refusal in the documented error shape: what was wrong, and with which field."""
-    return Status(status, {"detail": str(error), "errors": [{"field": field, "message": message or str(error)}]})
-
-
-def _error(request, status: int, detail: str, errors: list[dict] | None = None) -> HttpResponse:
-    return api.create_response(request, {"detail": detail, "errors": errors or []}, status=status)
-
-
-@api.exception_handler(ValidationError)
-def invalid_input(request, exc: ValidationError):
-    errors = []
-    for error in exc.errors:
-        loc = error.get("loc", ())
-        path = [str(part) for part in loc if part not in ("body", "payload", "path", "query")]
-        if loc[:1] in (("path",), ("query",)):  # a view's own parameter names, in the API's spelling
-            path = [_camel(part) for part in path]
-        errors.append({"field": ".".join(path) or "body", "message": _plain(error.get("msg", "invalid"))})
-    fields = ", ".join(e["field"] for e in errors)
-    return _error(request, 422, f"invalid input: {fields}", errors)
-
-
-def _camel(name: str) -> str:
-    """delivery_id -> deliveryId: what every other error and the schema call it."""
-    first, *rest = name.split("_")
-    return first + "".join(part.title() for part in rest)
-
-
-def _plain(message: str) -> str:
-    """pydantic's message without its "Value error, " prefix (a validator's own words follow it)."""
-    for prefix in ("Value error, ", "Assertion failed, "):
-        message = message.removeprefix(prefix)
-    return message
-
-
-@api.exception_handler(HttpError)
-def http_error(request, exc: HttpError):
-    cause = exc.__cause__
-    if isinstance(cause, NotJson):
-        return _error(
-            request,
-            415,
-            f"the body must be application/json, not {cause}",
-            [{"field": "Content-Type", "message": "expected application/json"}],
-        )
-    if isinstance(cause, DuplicateKey):
-        return _error(request, 400, str(cause), [{"field": cause.key, "message": "appears twice in one object"}])
-    if isinstance(cause, ValueError):
-        return _error(request, 400, "the body is not a JSON object", [{"field": "body", "message": str(cause)}])
-    return _error(request, exc.status_code, str(exc), getattr(exc, "errors", None))
-
-
-@api.exception_handler(Throttled)
-def throttled(request, exc: Throttled):
-    """ninja adds the Retry-After header (seconds until the window ends) to this answer."""
-    return _error(
-        request,
-        429,
-        f"more than {settings.API_RATE_LIMIT} requests; retry after the Retry-After header's seconds",
-        [{"field": "Authorization", "message": "rate limit per customer exceeded"}],
-    )
-
-
-@api.exception_handler(AuthenticationError)
-def unauthenticated(request, exc):
-    response = _error(
-        request,
-        401,
-        "a valid bearer token is required",
-        [{"field": "Authorization", "message": "missing, unknown, revoked or expired bearer token"}],
-    )
-    response["WWW-Authenticate"] = 'Bearer realm="api"'  # RFC 6750: say which scheme to use
-    return response
-
-
-@api.exception_handler(RequestDataTooBig)
-def too_big(request, exc):
-    return _error(request, 413, "the body is larger than 64 KiB", [{"field": "body", "message": "too large"}])
-
-
-@api.exception_handler(OperationalError)
-@api.exception_handler(InterfaceError)
-def database_unavailable(request, exc):
-    """The database restarts, or every pooled connection stayed busy. A write is one transaction,
-    so it either committed whole or not at all; resending with the same Idempotency-Key is safe."""
-    response = _error(
-        request,
-        503,
-        "the database is unavailable; retry later with the same Idempotency-Key",
-        [{"field": "database", "message": "unreachable or busy"}],
-    )
-    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
-
-
-def unknown_path(request, *args, **kwargs) -> JsonResponse:
-    """Any other path under /api/: the API's JSON error, not Django's HTML page."""
-    return JsonResponse(
-        {"detail": f"no such path: {request.path}", "errors": [{"field": "path", "message": "not found"}]},
-        status=404,
-    )
+router = Router()
 
 
 def _own(request, delivery_id: UUID) -> Delivery:
@@ -262,7 +88,7 @@ def _status(delivery: Delivery) -> dict:
     }
 
 
-@api.post(
+@router.post(
     "/deliveryrequests",
     response={202: DeliveryAccepted, **ERRORS},
     by_alias=True,
@@ -278,14 +104,7 @@ def request_delivery(
     ),
 ):
     package = payload.package_info
-    try:
-        delivery, created = _request_delivery(request, payload, package, idempotency_key)
-    except services.IdempotencyKeyReused as error:
-        return refused(422, error, "Idempotency-Key")
-    except services.IdempotencyKeyInFlight as error:
-        return refused(409, error, "Idempotency-Key")
-    except services.PackageAlreadyTravelling as error:
-        return refused(409, error, "packageInfo.packageId")
+    delivery, created = _request_delivery(request, payload, package, idempotency_key)
     response["Location"] = f"/api/deliveries/{delivery.id}"
     # The web's line of the delivery's story: `grep <delivery id>` finds it beside the workers' lines.
     if created:
@@ -330,7 +149,7 @@ PAGE_SIZE = 20
 MAX_PAGE = 100_000  # 2,000,000 deliveries; a larger page would overflow the database's OFFSET
 
 
-@api.get(
+@router.get(
     "/deliveries",
     response={200: DeliveryPage, **ERRORS},
     by_alias=True,
@@ -343,17 +162,17 @@ def list_deliveries(request, page: int = Query(1, ge=1, le=MAX_PAGE)):
     return Status(200, {"items": items, "count": deliveries.count()})
 
 
-@api.get("/deliveries/{delivery_id}", response={200: DeliveryOut, **ERRORS}, by_alias=True)
+@router.get("/deliveries/{delivery_id}", response={200: DeliveryOut, **ERRORS}, by_alias=True)
 def get_delivery(request, delivery_id: UUID):
     return Status(200, _delivery(_own(request, delivery_id)))
 
 
-@api.get("/deliveries/{delivery_id}/status", response={200: DeliveryStatusOut, **ERRORS}, by_alias=True)
+@router.get("/deliveries/{delivery_id}/status", response={200: DeliveryStatusOut, **ERRORS}, by_alias=True)
 def get_status(request, delivery_id: UUID):
     return Status(200, _status(_own(request, delivery_id)))
 
 
-@api.get(
+@router.get(
     "/deliveries/{delivery_id}/timeline",
     response={200: list[TimelineEvent], **ERRORS},
     by_alias=True,
@@ -368,7 +187,7 @@ def get_timeline(request, delivery_id: UUID, format: Literal["json", "svg"] | No
     return Status(200, selectors.timeline(delivery))
 
 
-@api.patch(
+@router.patch(
     "/deliveryrequests/{delivery_id}",
     response={202: DeliveryOut, **ERRORS},
     by_alias=True,
@@ -376,23 +195,18 @@ def get_timeline(request, delivery_id: UUID, format: Literal["json", "svg"] | No
 )
 def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleIn):
     _own(request, delivery_id)
-    try:
-        delivery = rescheduling.reschedule_delivery(
-            delivery_id=delivery_id,
-            customer=request.auth,
-            pickup_time=payload.pickup_time,
-            deadline=payload.deadline,
-            pickup=payload.pickup_location.model_dump() if payload.pickup_location else None,
-            dropoff=payload.drop_off_location.model_dump() if payload.drop_off_location else None,
-        )
-    except TooLate as error:
-        return refused(409, error, "status", error.reason)
-    except rescheduling.InvalidReschedule as error:
-        return refused(422, error, error.field)
+    delivery = rescheduling.reschedule_delivery(
+        delivery_id=delivery_id,
+        customer=request.auth,
+        pickup_time=payload.pickup_time,
+        deadline=payload.deadline,
+        pickup=payload.pickup_location.model_dump() if payload.pickup_location else None,
+        dropoff=payload.drop_off_location.model_dump() if payload.drop_off_location else None,
+    )
     return Status(202, _delivery(delivery))
 
 
-@api.delete(
+@router.delete(
     "/deliveryrequests/{delivery_id}",
     response={202: DeliveryStatusOut, **ERRORS},
     by_alias=True,
@@ -400,14 +214,11 @@ def reschedule_delivery(request, delivery_id: UUID, payload: DeliveryRescheduleI
 )
 def cancel_delivery(request, delivery_id: UUID):
     _own(request, delivery_id)
-    try:
-        delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
-    except TooLate as error:
-        return refused(409, error, "status", error.reason)
+    delivery = services.cancel_delivery(delivery_id=delivery_id, customer=request.auth)
     return Status(202, _status(delivery))
 
 
-@api.post(
+@router.post(
     "/deliveries/{delivery_id}/confirmation-token",
     response={201: ConfirmationTokenOut, **ERRORS},
     by_alias=True,
@@ -415,14 +226,11 @@ def cancel_delivery(request, delivery_id: UUID):
 )
 def issue_confirmation_token(request, delivery_id: UUID):
     _own(request, delivery_id)
-    try:
-        token = confirmation.issue_confirmation_token(delivery_id=delivery_id, customer=request.auth)
-    except (TooLate, NotYet) as error:
-        return refused(409, error, "status", error.reason)
+    token = confirmation.issue_confirmation_token(delivery_id=delivery_id, customer=request.auth)
     return Status(201, {"confirmation_token": token})
 
 
-@api.post(
+@router.post(
     "/deliveries/{delivery_id}/confirmations",
     response={200: DeliveryOut, **ERRORS},
     by_alias=True,
@@ -437,12 +245,5 @@ def confirm_delivery(request, delivery_id: UUID, payload: ConfirmationIn):
         geo_coordinates=payload.geo_coordinates.model_dump() if payload.geo_coordinates else None,
         confirmation_blob=payload.confirmation_blob,
     )
-    try:
-        delivery = confirmation.confirm_delivery(delivery_id=delivery_id, customer=request.auth, confirmation=proof)
-    except TooLate as error:
-        return refused(409, error, "status", error.reason)
-    except confirmation.WrongToken as error:
-        return refused(403, error, "token")
-    except confirmation.WrongConfirmationType as error:
-        return refused(422, error, "confirmationType")
+    delivery = confirmation.confirm_delivery(delivery_id=delivery_id, customer=request.auth, confirmation=proof)
     return Status(200, _delivery(delivery))

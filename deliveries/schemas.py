@@ -1,4 +1,4 @@
-"""The customer API's JSON shapes: the Fabrikam ingestion contract, camelCase on the wire."""
+"""The deliveries' JSON shapes: the Fabrikam ingestion contract, camelCase on the wire."""
 
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -7,7 +7,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.utils import timezone
-from ninja import Schema
 from pydantic import (
     BeforeValidator,
     ConfigDict,
@@ -18,21 +17,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
+from common.schemas import CamelSchema, RequestSchema
 from deliveries.deadlines import unmeetable
-
-
-class CamelSchema(Schema):
-    # NaN and Infinity are valid Python JSON but no coordinate or weight.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, allow_inf_nan=False)
-
-
-class RequestSchema(CamelSchema):
-    """What a client sends, by the names the schema states: an unknown field (snake_case included)
-    is a mistake to point out, not to ignore."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=False)
 
 
 def _text(value: object) -> object:
@@ -273,13 +260,3 @@ class TimelineEvent(CamelSchema):
     sequence: int
     relayed_at: datetime | None
     subscribers: list[SubscriberHandling]
-
-
-class FieldError(CamelSchema):
-    field: str
-    message: str
-
-
-class ErrorOut(CamelSchema):
-    detail: str
-    errors: list[FieldError] = []

@@ -4,12 +4,9 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from deliveries.api import api, unknown_path
+from delivery_project.api import api, unknown_path
 from delivery_project.health import healthz, readyz
 from delivery_project.metrics import dead_letter_groups, metrics
-from delivery_project.notify_me import router as notify_me
-
-api.add_router("/", notify_me)
 
 urlpatterns = [
     # The root has no page of its own: a visitor finds the API's docs, where the console's "View site" goes.
