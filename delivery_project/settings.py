@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from delivery_project import database_url, log_format
-from outbox.configuration import dramatiq_broker
+from outbox.configuration import dramatiq_broker, settings_from_environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DELIVERY_VAR_DIR", BASE_DIR / "var"))
@@ -208,13 +208,13 @@ DATABASES = {"default": _database(DATABASE_URL, "DATABASE_URL")}
 # (`relay_outbox --database drones`, which run_all starts). Several: separated by spaces. Empty: every
 # context on DATABASE_URL's. docs/deployment.md says how to move one there with its data.
 CONTEXT_DATABASE_URLS = os.environ.get("CONTEXT_DATABASE_URLS", "")
-OUTBOX_CONTEXT_DATABASES = {}
 for _item in CONTEXT_DATABASE_URLS.split():
     _label, _, _url = _item.partition("=")
     if not _url:
         raise ImproperlyConfigured(f"CONTEXT_DATABASE_URLS: {_item!r} is not label=URL")
     DATABASES[_label] = _database(_url, f"CONTEXT_DATABASE_URLS ({_label})")
-    OUTBOX_CONTEXT_DATABASES[_label] = _label
+# Each context given a database is on the alias named after it.
+OUTBOX_CONTEXT_DATABASES = {alias: alias for alias in DATABASES if alias != "default"}
 DATABASE_ROUTERS = ["outbox.placement.databases.ContextDatabases"] if OUTBOX_CONTEXT_DATABASES else []
 
 # The API refuses larger bodies with 413.
@@ -271,79 +271,25 @@ DRAMATIQ_AUTODISCOVER_MODULES = ["handlers"]
 # django-axes has a `handlers` package too (login-attempt storage, no actors): not a task module.
 DRAMATIQ_IGNORED_MODULES = ["django_dramatiq.tasks", "django.*", "axes.handlers", "axes.handlers.*"]
 
-# The messaging kernel (see outbox/ and docs/architecture.md).
-OUTBOX_QUEUE_PREFIX = os.environ.get("OUTBOX_QUEUE_PREFIX", "")
-OUTBOX_MAX_RETRIES = int(os.environ.get("OUTBOX_MAX_RETRIES", "5"))
-OUTBOX_MIN_BACKOFF_MS = int(os.environ.get("OUTBOX_MIN_BACKOFF_MS", "1000"))
-OUTBOX_MAX_BACKOFF_MS = int(os.environ.get("OUTBOX_MAX_BACKOFF_MS", "60000"))
-OUTBOX_MAX_HOPS = int(os.environ.get("OUTBOX_MAX_HOPS", "32"))
-# Further attempts (with the same backoff) when even writing the dead letter fails.
-OUTBOX_DEAD_LETTER_RETRIES = int(os.environ.get("OUTBOX_DEAD_LETTER_RETRIES", "20"))
-# A message still undelivered this long after the relay sent it (queued, retried) is
-# dead-lettered as `expired`: acting on a stale fact does more harm than good. A replay is
-# a fresh send, so an operator can still replay an old dead letter.
-OUTBOX_MESSAGE_TTL_SECONDS = int(os.environ.get("OUTBOX_MESSAGE_TTL_SECONDS", str(7 * 24 * 3600)))
-# Event-storm guards, per subscriber (see outbox/handling/limits.py), e.g.
-#   {"notifications": {"concurrency": 4, "per_second": 50}}
-# The counters need a Redis: OUTBOX_LIMITS_REDIS_URL, or the broker's when it is Redis.
-OUTBOX_SUBSCRIBER_LIMITS: dict[str, dict[str, int]] = {}
-OUTBOX_LIMITS_REDIS_URL = os.environ.get("OUTBOX_LIMITS_REDIS_URL", "")
-# publish() refuses an event whose serialized envelope is larger (EventTooLarge), before writing.
-OUTBOX_MAX_EVENT_BYTES = int(os.environ.get("OUTBOX_MAX_EVENT_BYTES", str(64 * 1024)))
-# Relays and workers write a heartbeat this often; the messaging overview flags one silent for three.
-OUTBOX_HEARTBEAT_SECONDS = float(os.environ.get("OUTBOX_HEARTBEAT_SECONDS", "5"))
-OUTBOX_RELAY_BATCH_SIZE = int(os.environ.get("OUTBOX_RELAY_BATCH_SIZE", "1000"))
-# The copies a relay claimed together for one queue travel in one broker message, this many at most.
-OUTBOX_RELAY_PACK_SIZE = int(os.environ.get("OUTBOX_RELAY_PACK_SIZE", "20"))
-# A pack's envelopes share one transaction (0: a transaction each, as if each had come alone).
-OUTBOX_PACK_TRANSACTION = os.environ.get("OUTBOX_PACK_TRANSACTION", "1") != "0"
+# The messaging kernel: each OUTBOX_* setting the environment gives (OUTBOX_MAX_RETRIES=8, ...), as
+# the kind of value its default is; the kernel's own default otherwise (its guide's settings page
+# lists them, and what each does). Below, what this deployment decides itself.
+globals().update(settings_from_environment(os.environ))
 # Each context owns its data (docs/architecture.md, "Where each context's data lives"): on
 # PostgreSQL each has a schema and a role of its own, and PostgreSQL refuses a query from one
-# context's code into another's tables; the kernel's tables are in the schema "outbox". The API
-# is the deliveries context's; the admin, the console and the commands run as the project's own
-# role, which owns them all. CONTEXT_SCHEMAS=0: every table in one schema, one role (SQLite: always).
+# context's code into another's tables. The API is the deliveries context's; the admin, the console
+# and the commands run as the project's own role. CONTEXT_SCHEMAS=0: one schema, one role.
 OUTBOX_CONTEXTS = ["packages", "drones", "deliveries", "notifications"] if _flag("CONTEXT_SCHEMAS", True) else []
 OUTBOX_CONTEXT_URLS = {"/api/": "deliveries"}
-OUTBOX_SCHEMA = "outbox"
-# Roles belong to the cluster: deployments sharing one give each a prefix of its own.
-OUTBOX_CONTEXT_ROLE_PREFIX = os.environ.get("OUTBOX_CONTEXT_ROLE_PREFIX", "context_")
 OUTBOX_TRANSACTION_POOLER = DATABASE_TRANSACTION_POOLER
-OUTBOX_RELAY_LEASE_SECONDS = float(os.environ.get("OUTBOX_RELAY_LEASE_SECONDS", "30"))
-OUTBOX_RELAY_POLL_SECONDS = float(os.environ.get("OUTBOX_RELAY_POLL_SECONDS", "1"))
-# After a failed round the relay waits 0.5 s, doubling up to this, each wait jittered (half to
-# all of it) so relays that lost the database together do not return together.
-OUTBOX_RELAY_MAX_BACKOFF_SECONDS = float(os.environ.get("OUTBOX_RELAY_MAX_BACKOFF_SECONDS", "5"))
-# The relay's LISTEN (outbox/core/wake_up.py) holds a session: behind a transaction pooler give it a
-# direct URL of its own. Empty: DATABASE_URL's. Every OUTBOX_LISTEN_CHECK_SECONDS the relay sends
-# itself a NOTIFY through DATABASE_URL, the way committed rows announce themselves; unheard, it
-# logs a warning and sets outbox_relay_notify_unheard (it still polls, so only latency is lost).
+# The relay's LISTEN holds a session: behind a transaction pooler give it a direct URL of its own.
+# Empty: DATABASE_URL's.
 OUTBOX_LISTEN_DATABASE_URL = os.environ.get("OUTBOX_LISTEN_DATABASE_URL", "")
 OUTBOX_LISTEN_CONNECTION = (  # its psycopg connect() keywords; a bad URL fails at start
     database_url.connect_params(OUTBOX_LISTEN_DATABASE_URL, setting="OUTBOX_LISTEN_DATABASE_URL")
     if OUTBOX_LISTEN_DATABASE_URL
     else None
 )
-OUTBOX_LISTEN_CHECK_SECONDS = float(os.environ.get("OUTBOX_LISTEN_CHECK_SECONDS", "60"))
-# A row that fails to send this many times while the rows around it go through is set aside
-# as a dead letter (`unsendable`), one per subscriber it had not reached.
-OUTBOX_RELAY_MAX_SEND_ATTEMPTS = int(os.environ.get("OUTBOX_RELAY_MAX_SEND_ATTEMPTS", "5"))
-# A queue that returns the relay's copies as unroutable (missing, or its node is down) is waited for,
-# uncounted, and declared again at each try; after this long its waiting copies are set aside as
-# dead letters (`unsendable`) to replay once it is back, instead of waiting for ever.
-OUTBOX_RELAY_QUEUE_WAIT_SECONDS = float(os.environ.get("OUTBOX_RELAY_QUEUE_WAIT_SECONDS", "600"))
-# The redelivery sweep (outbox/relaying/sweep.py), run by every relay each OUTBOX_SWEEP_INTERVAL_SECONDS
-# and by `manage.py sweep_unacknowledged`: a subscriber that has neither processed nor
-# dead-lettered an event GRACE seconds after it was relayed gets it again, at most MAX_RESENDS
-# times, then a `never_acknowledged` dead letter. GRACE must exceed the worst normal latency plus
-# the retry horizon (OUTBOX_MAX_RETRIES backoffs); events relayed more than HORIZON ago are left.
-OUTBOX_SWEEP_INTERVAL_SECONDS = float(os.environ.get("OUTBOX_SWEEP_INTERVAL_SECONDS", "60"))
-OUTBOX_SWEEP_GRACE_SECONDS = float(os.environ.get("OUTBOX_SWEEP_GRACE_SECONDS", "900"))
-OUTBOX_SWEEP_MAX_RESENDS = int(os.environ.get("OUTBOX_SWEEP_MAX_RESENDS", "3"))
-OUTBOX_SWEEP_HORIZON_SECONDS = float(os.environ.get("OUTBOX_SWEEP_HORIZON_SECONDS", str(7 * 24 * 3600)))
-# `manage.py prune_messages` deletes published outbox rows, inbox rows, resolved dead letters
-# and idle stream cursors older than this. It must outlive every horizon in which an old
-# message can still arrive or be sent again (message TTL, sweep horizon): a system check says so.
-OUTBOX_RETENTION_SECONDS = float(os.environ.get("OUTBOX_RETENTION_SECONDS", str(30 * 24 * 3600)))
 
 # Human-readable lines by default; LOG_FORMAT=json writes one JSON object a line, each with the
 # message's correlation_id, message_id, subscriber, event_type and trace_id where they apply. The
@@ -370,14 +316,9 @@ LOGGING = log_format.logging_config(
 # /readyz answer only `Authorization: Bearer <MONITORING_TOKEN>` when it is set (/healthz: anyone).
 METRICS_STATE_CACHE_SECONDS = float(os.environ.get("METRICS_STATE_CACHE_SECONDS", "5"))
 MONITORING_TOKEN = os.environ.get("MONITORING_TOKEN", "")
-# Every handled message gets one line (subscriber, event type, ids, outcome, duration) at this
-# level; DEBUG keeps a busy system's logs to what goes wrong.
 # The info block of the event catalogue's AsyncAPI document (manage.py export_asyncapi).
 OUTBOX_ASYNCAPI_TITLE = "Drone delivery events"
 OUTBOX_ASYNCAPI_VERSION = "1.0.0"  # of the catalogue: raise it with each contract added or versioned
-OUTBOX_HANDLED_LOG_LEVEL = os.environ.get("OUTBOX_HANDLED_LOG_LEVEL", "INFO").upper()
-if OUTBOX_HANDLED_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING"):
-    raise ImproperlyConfigured(f"OUTBOX_HANDLED_LOG_LEVEL is {OUTBOX_HANDLED_LOG_LEVEL!r}: DEBUG, INFO or WARNING")
 
 # Deliveries: how long to wait for both contexts to answer (package ready or rejected; a drone
 # reserved, a place in the waiting line, or a refusal) before failing with join_timeout.

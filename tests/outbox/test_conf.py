@@ -61,9 +61,11 @@ DESCRIBING = {
 
 
 def test_the_defaults_are_what_this_deployable_runs_with_when_its_environment_says_nothing():
-    """The deployable reads each from its environment with a default of its own: the same one."""
+    """The deployable takes from its environment only what it gives (settings_from_environment)."""
     environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(settings.BASE_DIR)}  # no OUTBOX_* variable
-    report = "import json, delivery_project.settings as s; from outbox.core.conf import DEFAULTS; "
+    environment["DJANGO_SETTINGS_MODULE"] = "delivery_project.settings"
+    report = "import json, django; django.setup(); from django.conf import settings as s; "
+    report += "from outbox.core.conf import DEFAULTS; "
     report += f"print(json.dumps({{name: getattr(s, name) for name in DEFAULTS if name not in {sorted(DESCRIBING)}}}))"
     ran = subprocess.run([sys.executable, "-c", report], env=environment, capture_output=True, text=True, timeout=60)
 
