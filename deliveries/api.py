@@ -115,7 +115,7 @@ def request_delivery(
             delivery.id,
             extra={"correlation_id": str(delivery.id)},
         )
-    return Status(202, delivery.first_answer)
+    return Status(202, _accepted(delivery))
 
 
 def _request_delivery(request, payload, package, idempotency_key):
@@ -135,7 +135,6 @@ def _request_delivery(request, payload, package, idempotency_key):
             package_weight_kg=package.weight,
             package_tag=package.tag or "",
         ),
-        answer=lambda d: DeliveryAccepted.model_validate(_accepted(d)).model_dump(mode="json", by_alias=True),
     )
 
 

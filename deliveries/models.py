@@ -1,6 +1,7 @@
 import hashlib
 import uuid
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -93,7 +94,12 @@ class Delivery(models.Model):
     confirmation_token_hash = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the task token.")
     confirmation = models.JSONField(null=True, blank=True, help_text="The confirmation that completed it.")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (NULL: unique only if given)
-    first_answer = models.JSONField(null=True, blank=True, help_text="The 202 body, answered again for a repeat.")
+    accepted_as = models.JSONField(
+        null=True,
+        blank=True,
+        encoder=DjangoJSONEncoder,
+        help_text="What was accepted, as it was then: a request repeated with its Idempotency-Key is answered so.",
+    )
     request_fingerprint = models.CharField(
         max_length=64, blank=True, help_text="SHA-256 of the request made under the idempotency key."
     )

@@ -4,13 +4,13 @@ inside it. The rest of the story has a module per subject: `join` (the package's
 answers), `timers`, `flight`, `confirmation` (proof of delivery), `rescheduling`, `customers`.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from django.db import IntegrityError
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequested, Location, PackageInfo, priority_of
 from deliveries.models import Customer, Delivery
@@ -56,12 +56,11 @@ def request_delivery(
     request: DeliveryRequest,
     idempotency_key: str | None = None,
     fingerprint: str = "",
-    answer: Callable[[Delivery], dict],
 ) -> tuple[Delivery, bool]:
     """Accept a request: the delivery and `delivery.requested` commit together.
 
-    A repeated `idempotency_key` with the same request (`fingerprint`) returns the first delivery
-    (and False) and creates nothing; `answer` renders the reply that a repeat is given again. The
+    A repeated `idempotency_key` with the same request (`fingerprint`) returns the first delivery as
+    it was accepted (and False: `as_accepted`), whatever happened to it since, and creates nothing. The
     same key with a different request is refused (`IdempotencyKeyReused`), and while the first
     request with a key is still in its transaction, a second one is refused too
     (`IdempotencyKeyInFlight`): the IETF Idempotency-Key draft's 422 and 409.
@@ -89,7 +88,7 @@ def request_delivery(
                 idempotency_key=idempotency_key,
                 request_fingerprint=fingerprint if idempotency_key else "",
             )
-            delivery.first_answer = answer(delivery)  # from the fields alone: written with them, in one INSERT
+            delivery.accepted_as = {name: getattr(delivery, name) for name in ACCEPTED}  # in the one INSERT
             insert_row(delivery)
             announce(
                 delivery,
@@ -126,10 +125,38 @@ def request_delivery(
 
 
 def _repeated(earlier: Delivery, fingerprint: str) -> Delivery:
-    """The first delivery made under a key, for a request that must be the same one again."""
+    """The first delivery made under a key, as it was accepted, for a request that must be the
+    same one again."""
     if earlier.request_fingerprint and fingerprint and earlier.request_fingerprint != fingerprint:
         raise IdempotencyKeyReused("this Idempotency-Key was used for a different request")
-    return earlier
+    return as_accepted(earlier)
+
+
+# What a delivery was accepted with, kept (`accepted_as`) for a request repeated with its key: the
+# answer to a repeat is the first answer, whatever a reschedule changed since.
+ACCEPTED = (
+    "pickup_location",
+    "dropoff_location",
+    "pickup_time",
+    "deadline",
+    "expedited",
+    "confirmation_required",
+    "package_id",
+    "package_size",
+    "package_weight_kg",
+    "package_tag",
+)
+
+
+def as_accepted(delivery: Delivery) -> Delivery:
+    """`delivery` as it was when it was accepted (an unsaved copy, never to be saved)."""
+    if delivery.accepted_as is None:
+        return delivery
+    kept = dict(delivery.accepted_as)
+    for name in ("pickup_time", "deadline"):
+        kept[name] = parse_datetime(kept[name]) if kept[name] else None
+    kept["package_id"] = UUID(str(kept["package_id"]))
+    return Delivery(id=delivery.id, customer_id=delivery.customer_id, status=Delivery.Status.REQUESTED, **kept)
 
 
 def _hold_the_key(customer: Customer, key: str) -> bool:

@@ -68,3 +68,35 @@ def test_open_letters_of_a_refused_payload_are_grouped_again_by_their_errors_not
     fingerprints = list(DeadLetter.objects.order_by("pk").values_list("fingerprint", flat=True))
     grouped = error_fingerprint("pydantic_core._pydantic_core.ValidationError", errors[0])
     assert fingerprints == [grouped, grouped, "old2"]
+
+
+def test_a_delivery_kept_with_its_first_answer_is_answered_the_same_after_it_keeps_what_was_accepted(
+    transactional_db,
+):
+    """deliveries 0011: the kept 202 body becomes what was accepted, from which a repeat's answer
+    is rendered again: the same answer, however the delivery changed since."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from deliveries.api import _accepted
+    from deliveries.models import Delivery
+    from deliveries.schemas import DeliveryAccepted
+    from deliveries.services import as_accepted
+    from tests.factories import Customer, delivery_request
+
+    first = Customer("alice").request(delivery_request(), **{"Idempotency-Key": "k1"}).json()
+    before, after = [("deliveries", "0010_confirmation_token_hashed")], [("deliveries", "0011_delivery_accepted_as")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)  # the snapshot made the kept answer again
+    old = executor.loader.project_state(before).apps.get_model("deliveries", "Delivery")
+    assert old.objects.get(pk=first["deliveryId"]).first_answer == first
+    old.objects.filter(pk=first["deliveryId"]).update(pickup_time="2030-01-01T00:00:00Z")  # changed since
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    delivery = Delivery.objects.get(pk=first["deliveryId"])
+    again = DeliveryAccepted.model_validate(_accepted(as_accepted(delivery))).model_dump(mode="json", by_alias=True)
+    assert DeliveryAccepted.model_validate(again) == DeliveryAccepted.model_validate(first)

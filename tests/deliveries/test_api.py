@@ -58,6 +58,23 @@ def test_repeating_an_idempotency_key_with_the_same_request_answers_the_first_an
     assert customer.request(**{"Idempotency-Key": "k2"}).json()["deliveryId"] != first.json()["deliveryId"]
 
 
+def test_a_request_repeated_after_a_reschedule_is_answered_what_was_accepted_first(customer):
+    """The answer to a repeat is the first answer: what was accepted, not the delivery as it is now."""
+    body = delivery_request()
+    first = customer.request(body, **{"Idempotency-Key": "k1"})
+    delivery_id = first.json()["deliveryId"]
+    later = (timezone.now() + timedelta(minutes=30)).isoformat()
+    moved = customer.client.patch(
+        f"/api/deliveryrequests/{delivery_id}", {"pickupTime": later}, content_type="application/json"
+    )
+    assert moved.status_code == 202, moved.json()
+
+    again = customer.request(body, **{"Idempotency-Key": "k1"})
+
+    assert (again.status_code, again.json()) == (202, first.json())
+    assert customer.get(f"/deliveries/{delivery_id}").json()["pickupTime"] != first.json()["pickupTime"]
+
+
 def test_the_same_idempotency_key_with_a_different_request_is_refused_and_takes_nothing(customer):
     small = delivery_request()
     large = {**small, "packageInfo": {"size": "Large", "weight": 9, "tag": "books"}}
