@@ -219,7 +219,7 @@ def committed_transactions() -> int:
 def packable_copies(correlation_ids: list) -> float:
     """What batching could gain at this load, measured rather than assumed: the relay sends every
     copy as a broker message of its own, and a relay that packed the copies bound for one queue in
-    one claim into one broker message (as issue 32 proposes) would send this many copies in each.
+    one claim into one broker message (a pack) sends this many copies in each.
     Read off the published rows' claim tokens (a claim is one `claimed_by`), each row's copies one
     per recipient. 1.0 means packing would save nothing: no claim held two copies for one queue."""
     copies = Counter()

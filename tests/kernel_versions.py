@@ -1,6 +1,6 @@
 """The Python and Django versions the kernel declares, and the guide's quickstart project built
 on any of them from the kernel's wheel: what tests/test_kernel_in_a_fresh_project.py and
-tests/test_kernel_versions.py run (issue 46, point 1).
+tests/test_kernel_versions.py run.
 
 Which combinations: the kernel's classifiers (kernel/pyproject.toml) name its Pythons and its
 Djangos, the same list kernel/README.md promises; Django 6 itself needs Python 3.12 or later. Each

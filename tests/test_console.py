@@ -1,4 +1,4 @@
-"""The console as an operator reads it (issue 20 §6): names and links across contexts, places in
+"""The console as an operator reads it: names and links across contexts, places in
 degrees, how long each delivery has waited, an assignment's own state, compensations in words, the
 ground action's count, the messaging overview from the index, and "View site" that leads somewhere."""
 
@@ -55,7 +55,7 @@ def test_view_site_leads_to_the_api_docs_and_the_root_is_no_404(admin_client, cl
 
 
 def test_the_api_docs_load_swagger_ui_from_this_server_not_a_cdn(client):
-    """Issue 33: Swagger UI came from a CDN, and a locked-down network (or this machine) saw a blank page."""
+    """Swagger UI came from a CDN, and a locked-down network (or this machine) saw a blank page."""
     from django.contrib.staticfiles import finders
 
     docs = text(client.get("/api/docs"))

@@ -1,4 +1,4 @@
-"""Each context owns its data, and PostgreSQL enforces it (issue 49 §1, outbox.placement).
+"""Each context owns its data, and PostgreSQL enforces it (outbox.placement).
 
 On PostgreSQL each context's tables are in a schema of its own and the kernel's in `outbox`; a
 handler runs under its context's role, an API request under the deliveries context's, and a query

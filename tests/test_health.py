@@ -1,4 +1,4 @@
-"""/healthz and /readyz (issue 11 §4): readiness checks the real database and broker, says which
+"""/healthz and /readyz: readiness checks the real database and broker, says which
 one failed and why, and answers even when a dependency hangs instead of hanging with it."""
 
 import socket

@@ -33,7 +33,7 @@ KERNEL = ROOT / "kernel"
 NAME = "django-outbox-choreography"
 # This project's own top-level names: none may be in what the kernel ships.
 THIS_PROJECT = {"deliveries", "drones", "packages", "notifications", "delivery_project", "harness", "tests"}
-# What point 1 of issue 46 promises, and so what the metadata must declare.
+# What the kernel promises to run on, and so what the metadata must declare.
 PYTHONS = ("3.11", "3.12", "3.13")
 DJANGOS = ("5.2", "6.0", "6.1")
 

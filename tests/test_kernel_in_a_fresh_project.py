@@ -1,4 +1,4 @@
-"""The kernel proved in a project that is not this one (issue 34): its wheel, built from this
+"""The kernel proved in a project that is not this one: its wheel, built from this
 repository, installed into a virtual environment of its own; a project made by `django-admin
 startproject`; two small apps (kernel/quickstart, the guide's quickstart) that publish and subscribe through
 `outbox.api` only; migrated; a relay and workers started by the kernel's own commands. An order's

@@ -1,4 +1,4 @@
-"""The kernel on every Python × Django it declares (issue 46, point 1). This project's own Python
+"""The kernel on every Python × Django it declares. This project's own Python
 with Django 5.2 LTS runs the whole suite; it and the newest pair also run the guide's quickstart as
 processes (tests/test_kernel_in_a_fresh_project.py). Each other pair builds the quickstart from the
 kernel's wheel and runs what shows most for a few seconds: the kernel's migrations as that Django

@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 11 §3), scraped from /metrics after a real delivery through the API,
+"""Prometheus metrics, scraped from /metrics after a real delivery through the API,
 the relay, RabbitMQ (or the embedded Redis) and a worker."""
 
 from datetime import timedelta
@@ -70,7 +70,7 @@ def test_one_delivery_shows_in_the_counters_and_the_state_gauges(system):
     assert value(after, "deliveries_waiting_for_drone") == 0
     # The backlog gauges' exact counts are checked below, at rest (timers keep coming due while the
     # system runs); here, the delivery's own timers (its deadline two hours ahead) were withdrawn
-    # with its end (issue 33), so none of its rows waits in the outbox.
+    # with its end, so none of its rows waits in the outbox.
     pending = OutboxMessage.objects.filter(published_at__isnull=True, correlation_id=delivery_id)
     assert not pending.filter(type__startswith="delivery.").exists()
     assert not [key for key in after if key[0] == "outbox_dead_letters_open"]

@@ -1,4 +1,4 @@
-"""Personal data stays home (issue 10 §4): data that leaves a context in an event is out of its
+"""Personal data stays home: data that leaves a context in an event is out of its
 control, so no event contract in docs/events may carry a person's name, address or words.
 
 The test reads the published catalog, not the code, because the catalog is what other teams build

@@ -28,7 +28,7 @@ def test_the_procfile_runs_web_relay_and_workers_with_commands_that_exist():
 
 
 def test_local_http_serves_the_loopback_only_and_refuses_an_address_others_reach():
-    """Issue 33: under honcho the Procfile bound 0.0.0.0, which with DJANGO_LOCAL_HTTP=1 is a plain-HTTP
+    """Under honcho the Procfile bound 0.0.0.0, which with DJANGO_LOCAL_HTTP=1 is a plain-HTTP
     admin on every interface. gunicorn now refuses it, saying what to set."""
     env = {
         **os.environ,

@@ -1,4 +1,4 @@
-"""Production settings (issue 10 §3): DEBUG off refuses the development secret key, and
+"""Production settings: DEBUG off refuses the development secret key, and
 `manage.py check --deploy` is clean with the README's production variables."""
 
 import os

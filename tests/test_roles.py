@@ -1,4 +1,4 @@
-"""Operators and auditors (issue 10 §3): each admin action checks its permission, and every operator
+"""Operators and auditors: each admin action checks its permission, and every operator
 action leaves an audit record (who, when, on what, the note) in Django's admin log."""
 
 from uuid import UUID

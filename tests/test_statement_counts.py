@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.postgres]
 # (subscriber, event type) -> statements of one handler execution on the happy path: drone first,
 # then the package, then the flight to its end (tests/deliveries/test_choreography.py's first test).
 HANDLER_STATEMENTS = {
-    ("deliveries", "drone.arrived"): 7,  # the end withdraws its timers still to fire (issue 33)
+    ("deliveries", "drone.arrived"): 7,  # the end withdraws its timers still to fire
     ("deliveries", "drone.position_reported"): 5,  # an ordered stream's cursor moved in one statement, not two
     ("deliveries", "drone.released"): 5,
     ("deliveries", "drone.scheduled"): 6,  # the same

@@ -1,4 +1,4 @@
-"""One delivery, one trace tree (issue 11 §1): the POST that accepts it is the root, every event
+"""One delivery, one trace tree: the POST that accepts it is the root, every event
 of its timeline is a publish span in that trace, and each handler's span is the child of the
 span that published the event it handles, across the real relay, broker and worker."""
 

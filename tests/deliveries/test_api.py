@@ -168,7 +168,7 @@ def test_another_customers_delivery_is_404(customer, other_customer, path):
 
 
 def test_a_second_cancel_answers_as_the_first_and_announces_nothing_more(customer):
-    """Issue 33: docs/api.md promised 409 once finished; the code answers a retried DELETE as the first
+    """docs/api.md promises 409 once finished; the code answers a retried DELETE as the first
     (now what the docs say too), and 409 only for a delivery that left or ended otherwise."""
     delivery_id = customer.request().json()["deliveryId"]
 
@@ -288,7 +288,7 @@ def test_unreadable_bodies_get_a_4xx_naming_what_is_wrong(customer, case, data, 
 
 
 def test_a_chunked_body_the_server_cannot_read_is_a_411_naming_content_length_not_a_wrong_field(customer):
-    """Issue 33: a body sent chunked (no Content-Length) was read as empty: `body: Field required`.
+    """A body sent chunked (no Content-Length) was read as empty: `body: Field required`.
     runserver cannot read one (gunicorn can: tests/e2e/test_production_mode.py)."""
     chunked = {"HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_LENGTH": ""}
     body = json.dumps(delivery_request())

@@ -1,4 +1,4 @@
-"""Fuzz the customer API from its own OpenAPI schema (issue 10): whatever a client sends, the
+"""Fuzz the customer API from its own OpenAPI schema: whatever a client sends, the
 answer is a documented 4xx or 2xx, never a 5xx, and matches the schema.
 
 This runs schemathesis's CLI, as anyone would against a deployment, against a live server on the

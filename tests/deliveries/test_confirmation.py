@@ -1,4 +1,4 @@
-"""Proof of delivery with a task token (issue 12 §1): a delivery that asks for a confirmation waits
+"""Proof of delivery with a task token: a delivery that asks for a confirmation waits
 for its single-use token when the drone arrives; without it in time it fails and the drone takes
 the package back."""
 

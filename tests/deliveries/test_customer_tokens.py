@@ -1,4 +1,4 @@
-"""Customer tokens (issue 10 §2): rotation, revocation and expiry, and the admin shows tokens
+"""Customer tokens: rotation, revocation and expiry, and the admin shows tokens
 but never their values."""
 
 from datetime import timedelta

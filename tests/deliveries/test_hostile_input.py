@@ -1,4 +1,4 @@
-"""Inputs that once answered 500 (issue 10): each is a 4xx JSON naming the field, and nothing is stored.
+"""Inputs that once answered 500: each is a 4xx JSON naming the field, and nothing is stored.
 
 The suite runs on SQLite by default and on PostgreSQL under `bash .ci/run`: the same table on both.
 """
@@ -39,7 +39,7 @@ HOSTILE_BODIES = {
     "a right-to-left override in the tag": (with_package(tag="skoob\u202e"), "packageInfo.tag"),
     "a zero-width space in the tag": (with_package(tag="bo\u200boks"), "packageInfo.tag"),
     "the smallest float as a weight": (with_package(weight=5e-324), "packageInfo.weight"),
-    # Wrong types are refused, not coerced (issue 10 found each of these stored as something else).
+    # Wrong types are refused, not coerced into something else.
     "expedited as a string": (delivery_request(expedited="true"), "expedited"),
     "expedited as a number": (delivery_request(expedited=0), "expedited"),
     "latitude as false": (with_pickup(latitude=False), "pickupLocation.latitude"),

@@ -1,4 +1,4 @@
-"""Per-customer rate limits (issue 10 §2): 429 with Retry-After in the documented JSON shape,
+"""Per-customer rate limits: 429 with Retry-After in the documented JSON shape,
 counted in a store every web process shares (the database's cache table, or Redis)."""
 
 import os
@@ -209,7 +209,7 @@ def the_counter_row_held_by_another_transaction(customer):
 
 
 def test_the_limit_refuses_under_contention_rather_than_let_requests_through_uncounted(settings):
-    """Issue 45: a lock timeout, a deadlock or SQLite's "database is locked" were read as the store
+    """A lock timeout, a deadlock or SQLite's "database is locked" were read as the store
     being unreachable, so a customer flooding the API made the contention that let it through."""
     settings.CACHE_URL, settings.API_RATE_LIMIT = "", "3/day"
     alice = Customer("alice")

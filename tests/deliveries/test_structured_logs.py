@@ -1,4 +1,4 @@
-"""Structured logs (issue 11 §2): with LOG_FORMAT=json every line is one JSON object, and a line
+"""Structured logs: with LOG_FORMAT=json every line is one JSON object, and a line
 logged while a message is handled names its delivery, message, subscriber and event type."""
 
 import io
@@ -62,7 +62,7 @@ def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_
 
 
 def test_the_web_says_which_delivery_it_accepted_so_a_grep_finds_the_request_too(customer, caplog):
-    """Issue 33: only the workers' lines carried the delivery's id; the request that began it said nothing."""
+    """Only the workers' lines carried the delivery's id; the request that began it said nothing."""
     caplog.set_level(logging.INFO, logger="deliveries.api")
 
     delivery_id = requested(customer)

@@ -50,7 +50,7 @@ def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_timers
     assert f"delivery.dispatched: dead letter, handler_error (x{letter.attempts})" in html
     assert "delivery.dispatched replayed to notifications" in html
     assert "1 duplicate copy of delivery.requested skipped" in html
-    assert 'class="edge timer pending"' not in html  # ended: its timers were withdrawn (issue 33)
+    assert 'class="edge timer pending"' not in html  # ended: its timers were withdrawn
     waiting = requested(customer)
     page = admin_client.get(f"/admin/deliveries/delivery/{waiting}/change/").content.decode()
     assert 'class="edge timer pending"' in page  # its timers, still to fire

@@ -95,7 +95,7 @@ def test_no_deadline_sets_no_deadline_timer(customer):
 
 
 def test_a_delivery_that_ends_withdraws_its_timers_still_to_fire(customer, fleet, choreography):
-    """Issue 33: the overview listed the deadline timers of deliveries that had ended long ago as
+    """The overview listed the deadline timers of deliveries that had ended long ago as
     pending, and a delivered delivery's diagram said its deadline 'fires in 1 h 51 min'."""
     deadline = timezone.now() + timedelta(hours=2)
     ended = requested(customer, deadline=deadline.isoformat())

@@ -1,4 +1,4 @@
-"""The defensive second line (issue 10 §1): a message the deliveries context can never process is
+"""The defensive second line: a message the deliveries context can never process is
 dead-lettered at once with a reason code, and the delivery is failed without reading its row, so
 the compensations release the drone and cancel the package instead of leaving them held forever."""
 
@@ -39,7 +39,7 @@ def test_a_stored_date_that_cannot_be_read_back_fails_the_delivery_and_releases_
     customer, fleet, choreography
 ):
     delivery_id = reserved_and_ready(customer, choreography)
-    with connection.cursor() as cursor:  # what a year-10000 pickupTime once left behind (issue 10)
+    with connection.cursor() as cursor:  # what a year-10000 pickupTime once left behind
         cursor.execute(f"UPDATE {DELIVERIES} SET pickup_time = '10000-01-01T00:00:00Z' WHERE id = %s", [delivery_id])
     with pytest.raises(Exception):  # noqa: B017 - psycopg's own DataError, wrapped by Django
         Delivery.objects.get(id=delivery_id)

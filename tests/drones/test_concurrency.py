@@ -342,7 +342,7 @@ def test_the_two_ways_of_going_idle_are_serialised_by_the_waiting_lines_lock(tra
 def test_a_freed_drone_never_takes_a_delivery_rescheduled_out_of_its_reach_between_its_look_and_its_lock(
     transactional_db, monkeypatch
 ):
-    """Issue 31: a freed drone read the head of the waiting line unlocked, then locked it by its
+    """A freed drone read the head of the waiting line unlocked, then locked it by its
     delivery alone; a reschedule committing in between (new places, out of its range) was taken."""
 
     def in_maintenance(name: str, range_km: float) -> Drone:

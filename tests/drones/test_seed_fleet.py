@@ -1,4 +1,4 @@
-"""seed_fleet (issue 33): a bound, a thousand drones to a statement, all or nothing, progress shown."""
+"""seed_fleet: a bound, a thousand drones to a statement, all or nothing, progress shown."""
 
 from io import StringIO
 

@@ -218,7 +218,7 @@ def test_the_fleet_map_draws_every_drone_in_its_state_with_no_network(
 def test_the_fleet_map_falls_back_to_its_grid_when_the_tile_server_is_out_of_reach(
     live_server, fleet, browser, settings
 ):
-    """Issue 33: with OpenStreetMap's tiles (then the default) out of reach, the map was an empty grey box."""
+    """With OpenStreetMap's tiles (then the default) out of reach, the map was an empty grey box."""
     settings.FLEET_MAP_TILE_URL = "http://127.0.0.1:9/{z}/{x}/{y}.png"  # nothing answers there: as offline
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
 
@@ -231,7 +231,7 @@ def test_the_fleet_map_falls_back_to_its_grid_when_the_tile_server_is_out_of_rea
 
 @pytest.mark.parametrize("width", [1280, 1400, 1920])
 def test_the_console_links_on_the_index_keep_their_line_and_no_two_sections_look_alike(live_server, db, browser, width):
-    """Issue 33: Django's dashboard squeezed "Messaging overview" and "Fleet map" to a letter a line,
+    """Django's dashboard squeezed "Messaging overview" and "Fleet map" to a letter a line,
     and a "Messaging" section stood above the outbox app's own."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     page = browser.new_page(viewport={"width": width, "height": 900})
@@ -252,7 +252,7 @@ def within(inner: dict, outer: dict) -> bool:
 def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matters(
     live_server, customer, fleet, choreography, browser, screenshots
 ):
-    """Issue 33: a delivery's diagram sat below twenty fields with its notifications lane cut off,
+    """A delivery's diagram sat below twenty fields with its notifications lane cut off,
     the dead-letter list ran past the page, its page led with a whole traceback, and the overview's
     gaps and stale counts gave no hint what they mean."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
@@ -292,7 +292,7 @@ def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matter
     page.goto(f"{live_server.url}/admin/outbox/outboxmessage/overview/")
     assert "not to alarm" in page.inner_text("#ordering-hint")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
-    # Issue 48: the map ran past its box, its right-hand labels cut ("no subscri…"): now it fits whole.
+    # The map fits its box whole: no right-hand label cut ("no subscri…").
     picture = page.locator("#choreography-map svg")
     assert within(picture.bounding_box(), page.locator("#choreography-map").bounding_box())
     assert page.evaluate("(e) => e.scrollWidth <= e.clientWidth", page.locator("#choreography-map").element_handle())
@@ -301,7 +301,7 @@ def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matter
 
 
 def test_the_api_docs_show_every_operation_with_nothing_from_the_internet(live_server, db, browser):
-    """Issue 33: Swagger UI came from a CDN (a blank page on a closed network); then, served from
+    """Swagger UI came from a CDN (a blank page on a closed network); then, served from
     here, it refused the schema for a 202 named twice and showed a parser error, no operation."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     outside = []
@@ -317,7 +317,7 @@ def test_the_api_docs_show_every_operation_with_nothing_from_the_internet(live_s
 
 
 def test_an_operator_replays_a_group_of_one_cause_at_1280_px(live_server, db, browser, screenshots):
-    """Issue 48: two hundred letters of one outage were two hundred rows; now one group, one click."""
+    """Two hundred letters of one outage were two hundred rows; now one group, one click."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     outage = [a_dead_letter(error=f"SMS gateway 10.0.0.{n} refused: 503 at 2026-12-06T06:{n:02}:00Z") for n in range(4)]
     a_dead_letter(subscriber="probe_a", reason="invalid_payload", error="1 validation error for Pinged")
@@ -341,7 +341,7 @@ def test_an_operator_replays_a_group_of_one_cause_at_1280_px(live_server, db, br
 def test_the_fleet_map_under_load_fits_every_drone_and_waiting_delivery_at_1280_px(
     live_server, customer, choreography, browser, screenshots, settings
 ):
-    """Issue 48: under load the view was not fitted, and waiting rings ran off its edges."""
+    """Under load the view was not fitted, and waiting rings ran off its edges."""
     settings.FLEET_MAP_TILE_URL = ""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     seed_fleet(count=12, latitude=BASE[0], longitude=BASE[1], spread_km=8)

@@ -124,7 +124,7 @@ print(json.dumps({"failures": len(errors), "first": errors[:1], "ready": Client(
 
 
 def test_a_transaction_pooler_nobody_declared_is_named_in_the_log_and_in_readyz(bouncer, env):
-    """Issue 33: behind PgBouncer in transaction mode without DATABASE_TRANSACTION_POOLER=1, requests
+    """Behind PgBouncer in transaction mode without DATABASE_TRANSACTION_POOLER=1, requests
     failed at random with prepared-statement errors and nothing said what to set."""
     through = database_url.url_of(connection.settings_dict, HOST="127.0.0.1", PORT=str(bouncer.port))
     child_env = {**env, "DATABASE_URL": through, "DATABASE_TRANSACTION_POOLER": "0"}

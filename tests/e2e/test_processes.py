@@ -59,7 +59,7 @@ def test_sigterm_lets_the_relay_finish_and_exit_cleanly(env):
 
 
 def test_a_stop_sent_to_the_whole_process_group_stops_workers_cleanly_and_takes_their_heartbeats(env, tmp_path):
-    """Issue 33: Ctrl-C under honcho, `kill %1` or systemd's default kill mode signal the whole group,
+    """Ctrl-C under honcho, `kill %1` or systemd's default kill mode signal the whole group,
     so each Dramatiq worker process got SIGTERM twice (from the group, then forwarded by Dramatiq's
     main process), read the second as 'kill now' and left its heartbeat row to read 'silent'."""
     log_path = tmp_path / "workers.log"

@@ -90,7 +90,7 @@ def test_the_console_has_its_styles_under_gunicorn_with_debug_off(env, tmp_path)
 
 
 def test_under_gunicorn_a_chunked_body_is_read_an_oversized_header_is_json_and_the_docs_need_no_network(env, tmp_path):
-    """Issue 33: a JSON body sent chunked (no Content-Length) was read as empty, a 422 naming `body`;
+    """A JSON body sent chunked (no Content-Length) was read as empty, a 422 naming `body`;
     a header over 8 KB got gunicorn's HTML 431; /api/docs loaded Swagger UI from a CDN, a blank
     page without the internet."""
     production = production_env(env, tmp_path)

@@ -1,4 +1,4 @@
-"""The choreography on a 3-node RabbitMQ cluster (issue 21): quorum queues, every node in
+"""The choreography on a 3-node RabbitMQ cluster: quorum queues, every node in
 BROKER_URL, and deliveries still made while the node leading the queues is stopped and while
 another is killed with SIGKILL. The cluster is the tests' own (harness/rabbitmq_cluster.py)."""
 
@@ -112,7 +112,7 @@ def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is
 def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_and_none_is_set_aside(
     env, rabbitmq_cluster, tmp_path
 ):
-    """Issue 31: after a nack (a quorum queue losing its leader) the relay went on sending on the
+    """After a nack (a quorum queue losing its leader) the relay went on sending on the
     channel that nacked, which kept nacking that queue's copies for as long as anything was in
     flight on it, and a streaming relay under load always has something in flight: its rows used up
     their attempts and were set aside as `unsendable`. Here the relay talks to the nodes that

@@ -1,4 +1,4 @@
-"""Relays and workers on two hosts (issue 21 §5). Each host is a network namespace of its own and
+"""Relays and workers on two hosts. Each host is a network namespace of its own and
 reaches PostgreSQL and the 3-node RabbitMQ cluster only over its veth link (tests/network_hosts.py).
 Host 1 is cut off while it is busy, then plugged back in. The test checks four things: host 2's
 workers get the messages host 1 held unacknowledged; host 2's relay sends the rows whose leases

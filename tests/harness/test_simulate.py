@@ -39,7 +39,7 @@ def test_a_burst_of_six_times_the_fleet_is_served_and_the_run_is_summed_up_and_p
     # Into a pipe (not a terminal) each progress bar is written once, finished, not redrawn with \r.
     assert "\r" not in report
     assert re.search(r"^submitted .* 24/24 ", report, re.MULTILINE) and re.search(r"^terminal .* 24/24 ", report, re.M)
-    # ... and, so that a run of minutes is not silent (issue 33), a plain line every so often.
+    # ... and, so that a run of minutes is not silent, a plain line every so often.
     assert re.search(r"^terminal: \d+ of 24 after \d+ s$", report, re.MULTILINE), report
     if "too_heavy" in reasons:
         assert "failed because too_heavy: " in report and "(on purpose" in report

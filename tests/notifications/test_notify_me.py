@@ -1,4 +1,4 @@
-"""Notify-me requests (issue 12 §2): validated, kept in the notifications context, sent once per
+"""Notify-me requests: validated, kept in the notifications context, sent once per
 request, kind and channel through Django's e-mail framework and a pluggable SMS sender."""
 
 import json

@@ -94,7 +94,7 @@ def test_every_format_draws_every_route_and_escapes_what_it_is_given():
 
 
 def test_open_dead_letters_no_arrow_carries_are_counted_on_the_map_too():
-    """Issue 48: a letter with no event type, or of a type nobody handles now, was in the overview's
+    """A letter with no event type, or of a type nobody handles now, was in the overview's
     table but on no arrow of its map."""
     g = graph(REGISTRY, DECLARED, leave_out=frozenset({"probe"}))
     on_an_arrow = {("orders", 'bill.<paid> & "done"'): (3, 1)}

@@ -18,7 +18,7 @@ class ProbePinged(Event):
 def test_a_copy_of_a_contract_in_another_module_is_refused_even_under_the_same_name():
     """The natural mistake, a subscriber declaring its publisher's contract again with the same
     class name, silently replaced the publisher's for the whole process: the refusal compared
-    class names only (found writing the kernel's testing harness, issue 46)."""
+    class names only."""
     key = (ProbePinged.type, ProbePinged.version)
     try:
         with pytest.raises(TypeError, match="event probe.pinged v1 is already declared by tests.probe.events"):

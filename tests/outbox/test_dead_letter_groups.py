@@ -1,4 +1,4 @@
-"""Failed messages in groups (issue 48 §1): a downstream outage fails hundreds of messages for one
+"""Failed messages in groups: a downstream outage fails hundreds of messages for one
 cause; operators see them as one group, with its count, first and last failure and a sample, and
 replay or discard it whole, from the admin, `manage.py dead_letters` or a script reading JSON."""
 

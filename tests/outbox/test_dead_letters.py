@@ -276,7 +276,7 @@ def test_a_replay_once_processed_is_closed_as_processed(transactional_db):
 
 
 def test_a_message_without_an_envelope_argument_is_a_dead_letter_at_once_not_dramatiqs_retries(worker, broker):
-    """Issue 33: a message on a subscriber's queue with no arguments failed every retry with a
+    """A message on a subscriber's queue with no arguments failed every retry with a
     TypeError into Dramatiq's own dead-letter queue, which the console never shows."""
     import dramatiq
 
@@ -296,7 +296,7 @@ def test_a_message_without_an_envelope_argument_is_a_dead_letter_at_once_not_dra
 def test_a_message_that_is_not_dramatiqs_ends_as_an_unreadable_dead_letter_not_only_in_the_broker(
     worker, broker, start_relay, settings
 ):
-    """Issue 33: bytes Dramatiq cannot decode were rejected into the queue's .XQ, and stayed there:
+    """Bytes Dramatiq cannot decode were rejected into the queue's .XQ, and stayed there:
     the relay's sweeper now moves what waits there into the store, acknowledged once recorded."""
     import pika
     from dramatiq.common import xq_name

@@ -80,7 +80,7 @@ def test_a_handler_that_catches_a_failed_hand_written_statement_is_retried_then_
     """PostgreSQL aborts the transaction at the failed statement, and a COMMIT then rolls it back
     without a word: processed, acknowledged, with its work and its inbox row gone. The statements
     written by hand mark the transaction as the ORM's save() does, and dispatch asks PostgreSQL
-    itself whether the transaction is aborted, whoever sent the statement (issue 45, 2)."""
+    itself whether the transaction is aborted, whoever sent the statement."""
     body = envelope(payload={"n": 1, "fail": {"probe_a": mode}})
     deliver("probe_a", body)
 

@@ -1,4 +1,4 @@
-"""Heartbeats (issue 11 §4): the relay and every worker process say they are alive and what they
+"""Heartbeats: the relay and every worker process say they are alive and what they
 did; the messaging overview shows them, and a silent one stands out."""
 
 from datetime import timedelta
@@ -61,7 +61,7 @@ def test_two_workers_in_one_process_each_stop_their_own_heartbeat(broker, transa
 
 def test_a_worker_heartbeat_gives_its_connection_back_between_beats(transactional_db):
     """A pooled connection held by the heartbeat thread for good left the handlers' threads, which
-    DJANGO_DB_POOL_MAX_SIZE is sized for, one short (issue 31)."""
+    DJANGO_DB_POOL_MAX_SIZE is sized for, one short."""
     import threading
 
     from django.db import connection

@@ -1,6 +1,6 @@
-"""The kernel is for any Django project (issue 34): its code, templates and static files name none
+"""The kernel is for any Django project: its code, templates and static files name none
 of this project's contexts or their things; where it needs an example, it is an order's. Nor does
-anything else its distribution ships (issue 46): kernel/'s README, changelog, licence, build files
+anything else its distribution ships: kernel/'s README, changelog, licence, build files
 and whatever documents are added there. tests/test_kernel_distribution.py reads the built archives."""
 
 import re

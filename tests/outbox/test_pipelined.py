@@ -296,7 +296,7 @@ def test_a_row_that_makes_the_broker_close_the_channel_is_found_counted_and_set_
 def test_a_queue_that_is_down_is_an_outage_its_rows_wait_uncounted_and_flow_when_it_is_back(
     broker, transactional_db, settings, caplog
 ):
-    """Issue 21 §3: probe_b's queue is gone (as when its cluster node is down): every copy to it
+    """Probe_b's queue is gone (as when its cluster node is down): every copy to it
     comes back unroutable. That is no poison row: no attempt counts, no `unsendable` letter, one
     warning for the queue, and once the queue is back every row goes through."""
     settings.OUTBOX_RELAY_MAX_SEND_ATTEMPTS = 2
@@ -357,7 +357,7 @@ def copies_in(queue: str, broker) -> int:
 def test_a_queue_deleted_under_a_running_relay_is_declared_again_and_the_others_get_each_row_once(
     broker, transactional_db, delete_queue
 ):
-    """Issue 31: the relay declares each queue once; one deleted under it returned every copy for
+    """The relay declares each queue once; one deleted under it returned every copy for
     ever, and each try sent the waiting rows again to every subscriber they had reached."""
     healthy, down = queue_name("probe_a"), queue_name("probe_b")
     relay = Relay(broker=broker)
@@ -404,7 +404,7 @@ def test_a_queue_down_past_its_bound_has_its_waiting_copies_set_aside_and_nothin
 def test_rows_the_broker_confirmed_are_marked_even_when_holding_back_a_returned_one_fails(
     broker, transactional_db, monkeypatch, delete_queue
 ):
-    """Issue 31: the rows waiting for a down queue were held back before the confirmed rows were
+    """The rows waiting for a down queue were held back before the confirmed rows were
     marked; the database failing there (a failover) left the confirmed rows to be sent again."""
     relay = Relay(broker=broker)
     ping(n=0)

@@ -1,5 +1,5 @@
 """A failed statement written by hand marks its transaction for rollback, as the ORM's `save()`
-does: a caller that catches the error cannot commit as if nothing happened (issue 45, 2)."""
+does: a caller that catches the error cannot commit as if nothing happened."""
 
 import threading
 

@@ -79,7 +79,7 @@ def test_a_listen_that_hears_says_nothing_and_still_wakes_on_each_row(settings, 
 
 
 def test_a_relay_started_while_the_database_is_away_listens_once_it_answers(settings, caplog):
-    """Issue 31: a LISTEN that failed as the relay started left it polling for good."""
+    """A LISTEN that failed as the relay started left it polling for good."""
     with socket.socket() as probe:  # a port nobody listens on: the database, away
         probe.bind(("127.0.0.1", 0))
         away = probe.getsockname()[1]
@@ -100,7 +100,7 @@ def test_a_relay_started_while_the_database_is_away_listens_once_it_answers(sett
 
 
 def test_an_unheard_probe_listens_again_on_a_new_connection_by_itself(settings, monkeypatch, caplog):
-    """Issue 31: the warning was all; the deaf connection stayed, and only a restart listened anew."""
+    """The warning was all; the deaf connection stayed, and only a restart listened anew."""
     good = _listen_params(application_name="deaf-then-heard")
     settings.OUTBOX_LISTEN_CONNECTION = {**good, "dbname": "postgres"}  # deaf: another database's NOTIFYs
     settings.OUTBOX_LISTEN_CHECK_SECONDS = 0.5

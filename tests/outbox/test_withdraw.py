@@ -1,6 +1,6 @@
 """`withdraw_scheduled()` takes back a stream's timers still to fire, and nothing else: never an
 event that is due (whatever the clocks of the hosts say), never a replay or a resend, which are
-copies for one subscriber that the relay owes it (issue 45, point 1)."""
+copies for one subscriber that the relay owes it."""
 
 import threading
 from datetime import timedelta

@@ -254,7 +254,7 @@ class Command(BaseCommand):
             "handler_runs": bench.Figure("handler executions per delivery", "runs"),
             "copies_per_pack": bench.Figure("copies for one queue per relay claim (a pack)", "copies"),
             "transactions": bench.Figure("transactions committed per delivery, every process", "transactions"),
-            # Judged in /healthz units (issue 32) when the API was measured in the same run.
+            # Judged in /healthz units when the API was measured in the same run.
             "cpu_per_delivery": bench.Figure("CPU per delivery, every process together", "ms", reference="healthz_cpu"),
             "worker_rss_growth": bench.Figure("worker processes' resident memory growth", "MB"),
         }
