@@ -4,8 +4,8 @@ Dramatiq's `enqueue` waits for each publisher confirm in turn; this keeps up to 
 in flight on a channel of its own in confirm mode, written through its non-blocking layer, and
 collects the acks and nacks by delivery tag, so a batch costs about one round trip. It sends what
 `enqueue` would (the same queue, message and properties), so Dramatiq's workers read it unchanged.
-A row counts as sent only when every copy of it was acked. Bookkeeping is per copy, by delivery
-tag, never by message id (every copy shares its event's id); a refused key is handed back once
+A row counts as sent only when every copy of it was acked. Bookkeeping is per copy, by its
+delivery tag, never by message id (every copy shares its event's id); a refused key is handed back once
 every copy of it is confirmed, naming each queue that took one. Tags belong to one channel: when
 it closes, every copy unconfirmed on it is lost.
 """
