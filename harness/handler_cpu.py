@@ -2,12 +2,11 @@
 
 End to end (harness.bench_processes) a delivery's CPU is read from every process at once: the
 relay's, the broker's and Dramatiq's shares move with load and mix with the handlers'. Here the
-real dispatch runs synchronously (harness.choreography: only the broker hop replaced, as for the
-statement counts), and each execution is timed on its own clocks: this process's CPU
-(`time.process_time_ns`, the handler's Python, Django and psycopg) and its PostgreSQL backend's
-(the scheduler's runtime in `/proc/PID/schedstat`, in nanoseconds). What it leaves out is what a
-worker adds per message whatever the handler does: Dramatiq, pika, the broker, the relay.
-Same-machine comparisons only: alternate the versions, as for the bench.
+real dispatch runs synchronously (only the broker hop replaced, as for the statement counts), and
+each execution is timed on its own clocks: this process's CPU (`time.process_time_ns`, the
+handler's Python, Django and psycopg) and its PostgreSQL backend's (the scheduler's runtime in
+`/proc/PID/schedstat`, in nanoseconds). What it leaves out is what a worker adds per message
+whatever the handler does: Dramatiq, pika, the broker, the relay. Same-machine comparisons only.
 """
 
 import statistics
@@ -23,8 +22,8 @@ from django.test.utils import override_settings
 
 from deliveries.customers import create_customer
 from harness.bench_api import a_request_body
-from harness.choreography import Choreography
-from harness.statement_counts import happy_path
+from harness.statement_counts import body_of, happy_path
+from outbox.core.envelope import Envelope
 from outbox.handling.dispatch import dispatch
 
 
@@ -34,21 +33,20 @@ def backend_runtime_ns(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
-class TimedChoreography(Choreography):
-    """The synchronous choreography, each dispatch timed on the process's and the backend's clocks."""
+class Timed:
+    """A hand-over that times each dispatch on the process's and the backend's clocks."""
 
     def __init__(self, backend_pid: int):
-        super().__init__()
         self.backend_pid = backend_pid
         self.python_ns: dict[tuple[str, str], list[int]] = defaultdict(list)
         self.database_ns: dict[tuple[str, str], list[int]] = defaultdict(list)
 
-    def dispatch(self, subscriber, row):
-        body = row.envelope()  # a worker gets it decoded from the broker: not the handler's cost
+    def __call__(self, subscriber: str, envelope: Envelope) -> None:
+        body = body_of(envelope)  # a worker gets it decoded from the broker: not the handler's cost
         python, database = time.process_time_ns(), backend_runtime_ns(self.backend_pid)
         dispatch(subscriber=subscriber, body=body)
-        self.database_ns[(subscriber, row.type)].append(backend_runtime_ns(self.backend_pid) - database)
-        self.python_ns[(subscriber, row.type)].append(time.process_time_ns() - python)
+        self.database_ns[(subscriber, envelope.type)].append(backend_runtime_ns(self.backend_pid) - database)
+        self.python_ns[(subscriber, envelope.type)].append(time.process_time_ns() - python)
 
 
 @dataclass(frozen=True)
@@ -77,15 +75,15 @@ def measure(*, deliveries: int, warm_up: int = 3) -> HandlerCpu:
     python_ms, database_ms = [], []
     by_handler_python, by_handler_database = defaultdict(list), defaultdict(list)
     for n in range(warm_up + deliveries):
-        choreography = TimedChoreography(backend_pid)
-        _deliver_one(choreography)
+        timed = Timed(backend_pid)
+        _deliver_one(timed)
         if n < warm_up:
             continue
-        python_ms.append(sum(map(sum, choreography.python_ns.values())) / 1e6)
-        database_ms.append(sum(map(sum, choreography.database_ns.values())) / 1e6)
-        for key, runs in choreography.python_ns.items():
+        python_ms.append(sum(map(sum, timed.python_ns.values())) / 1e6)
+        database_ms.append(sum(map(sum, timed.database_ns.values())) / 1e6)
+        for key, runs in timed.python_ns.items():
             by_handler_python[key].extend(runs)
-            by_handler_database[key].extend(choreography.database_ns[key])
+            by_handler_database[key].extend(timed.database_ns[key])
     by_handler = {
         key: (statistics.median(by_handler_python[key]) / 1e6, statistics.median(by_handler_database[key]) / 1e6)
         for key in sorted(by_handler_python)
@@ -104,11 +102,11 @@ def healthz_ms(*, requests: int = 300) -> float:
     return statistics.median(times) / 1e6
 
 
-def _deliver_one(choreography: Choreography) -> None:
+def _deliver_one(hand: Timed) -> None:
     """A new customer each time: one customer's many requests would meet its rate limit."""
     _, token = create_customer(name=f"handler-cpu-{uuid4().hex[:12]}")
     client = Client(headers={"Authorization": f"Bearer {token}"})
     response = client.post("/api/deliveryrequests", a_request_body(), content_type="application/json")
     if response.status_code != 202:
         raise RuntimeError(f"the request was refused: {response.status_code} {response.content[:300]!r}")
-    happy_path(choreography, UUID(response.json()["deliveryId"]))
+    happy_path(hand, UUID(response.json()["deliveryId"]))

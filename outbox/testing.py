@@ -3,7 +3,8 @@
 `deliver()` hands one message to one subscriber through the real dispatch, in the test's process,
 and says what came of it; `an_envelope()` builds one. `run_choreography()` plays the choreography
 in process, every event to each of its subscribers, until nothing is left: a unit test of a whole
-flow. `published()` lists what was published. `wait_until_processed()` waits, in an integration
+flow; `owed()`, `pending()` and `hand_over()` play it in the order a test chooses. `published()` lists what
+was published. `wait_until_processed()` waits, in an integration
 test against real relays and workers, until every event of a story was processed or set aside.
 `failing()` makes a handler fail on purpose. An event counts as handled once its subscriber's inbox
 holds it or a letter of it exists: the kernel's own records.
@@ -164,6 +165,70 @@ def published(type: str | None = None, *, correlation_id: UUID | None = None) ->
     """The envelopes published so far, oldest first: all, or of one `type`, or of one story."""
     rows = _rows(correlation_id, Q(type=type) if type is not None else Q())
     return [Envelope.model_validate(row.envelope(traced=False)) for row in rows]
+
+
+def owed(
+    type: str | None = None, *, correlation_id: UUID | None = None, to: str | None = None, due_only: bool = False
+) -> list[tuple[str, Envelope]]:
+    """Each (subscriber, envelope) still owed: a published envelope (of one `type`, of one story)
+    that a subscriber of it (or `to`) has not handled yet, oldest first; `due_only` leaves out what
+    is scheduled for later."""
+    conditions = [Q(type=type)] if type is not None else []
+    if due_only:
+        conditions.append(Q(available_at__lte=timezone.now()))
+    found: dict[tuple[str, UUID], Envelope] = {}  # a replayed copy is owed once, like its original
+    for row in _rows(correlation_id, *conditions):
+        waiting = [s for s in recipients(row) if to in (None, s) and s not in handled_by(row)]
+        if waiting:
+            envelope = Envelope.model_validate(row.envelope(traced=False))
+            found.update(
+                {
+                    (subscriber, row.message_id): envelope
+                    for subscriber in waiting
+                    if (subscriber, row.message_id) not in found
+                }
+            )
+    return [(subscriber, envelope) for (subscriber, _), envelope in found.items()]
+
+
+def pending(
+    type: str | None = None, *, correlation_id: UUID | None = None, to: str | None = None, due_only: bool = False
+) -> list[Envelope]:
+    """The published envelopes (of one `type`, of one story) that a subscriber of theirs, or `to`,
+    has not handled yet, oldest first; `due_only` leaves out what is scheduled for later."""
+    envelopes = {e.message_id: e for _, e in owed(type, correlation_id=correlation_id, to=to, due_only=due_only)}
+    return list(envelopes.values())
+
+
+def hand_over(
+    event: str | Envelope,
+    *,
+    correlation_id: UUID | None = None,
+    to: str | None = None,
+    dead_letters: str = "raise",
+) -> list[Handed]:
+    """Hand a published envelope to each of its subscribers that has not handled it (or to `to`
+    alone), through the real dispatch; given a type, each pending envelope of it (of one story),
+    oldest first. A handler that fails is dead-lettered at once: with `dead_letters="raise"` that
+    fails the test with its error, with `"keep"` the letter stays for the test to look at."""
+    if dead_letters not in ("raise", "keep"):
+        raise ValueError(f"dead_letters is 'raise' or 'keep', not {dead_letters!r}")
+    if not isinstance(event, (str, Envelope)):
+        raise TypeError(f"hand_over takes an event type or an Envelope, not {type(event).__name__}")
+    if isinstance(event, Envelope):
+        story = owed(event.type, correlation_id=event.correlation_id, to=to)
+        pairs = [(subscriber, envelope) for subscriber, envelope in story if envelope.message_id == event.message_id]
+    else:
+        pairs = owed(event, correlation_id=correlation_id, to=to)
+    handed = []
+    for subscriber, envelope in pairs:
+        handed.append(deliver(subscriber, envelope))
+        letter = handed[-1].dead_letter
+        if letter is not None and dead_letters == "raise":
+            raise DeadLettered(
+                f"{subscriber} dead-lettered {envelope.type} ({letter.reason}): {letter.error}\n{letter.traceback}"
+            )
+    return handed
 
 
 def run_choreography(

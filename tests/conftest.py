@@ -8,7 +8,6 @@ from django.conf import settings
 from django.db import connection
 
 from drones.services import seed_fleet
-from harness.choreography import Choreography
 from outbox.core.brokers import describe, reconnected_if_lost
 from outbox.core.subscriptions import queue_name, routing_table
 from outbox.relaying.relay import Relay
@@ -203,11 +202,6 @@ def other_customer(db):
 @pytest.fixture
 def fleet(db):
     seed_fleet(count=3, latitude=BASE[0], longitude=BASE[1])
-
-
-@pytest.fixture
-def choreography(db):
-    return Choreography()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from django.utils import timezone
 from deliveries.customers import create_customer
 from outbox.core.fingerprints import error_fingerprint
 from outbox.models import DeadLetter
+from outbox.testing import hand_over, pending, run_choreography
 
 # What ships in the wheel: the deployable, the kernel and the contexts.
 # What the project's wheel holds; the kernel (outbox) ships as a distribution of its own (kernel/).
@@ -96,7 +97,7 @@ def requested(customer) -> UUID:
     return UUID(response.json()["deliveryId"])
 
 
-def dead_letter_then_replay(choreography, delivery_id: UUID) -> DeadLetter:
+def dead_letter_then_replay(delivery_id: UUID) -> DeadLetter:
     """Take the delivery to its end with notifications failing `delivery.dispatched` (dead-lettered
     at once outside a worker), then replay the letter and process the replay: a delivery whose
     story holds a red copy and its replay. The letter, as it is after the replay."""
@@ -104,24 +105,24 @@ def dead_letter_then_replay(choreography, delivery_id: UUID) -> DeadLetter:
     from outbox.handling.dispatch import dispatch
     from outbox.testing import failing
 
-    choreography.settle(delivery_id, hold=("delivery.dispatched",))
-    [dispatched] = choreography.pending(delivery_id, "delivery.dispatched")
+    run_choreography(correlation_id=delivery_id, hold=("delivery.dispatched",))
+    [dispatched] = pending("delivery.dispatched", correlation_id=delivery_id)
     with failing("notifications", "delivery.dispatched", RuntimeError("the SMS gateway is down")):
-        choreography.hand_over(dispatched, dead_letter_expected=True)
-    choreography.settle(delivery_id)
+        hand_over(dispatched, dead_letters="keep")
+    run_choreography(correlation_id=delivery_id)
     letter = DeadLetter.objects.get(subscriber="notifications", type="delivery.dispatched", correlation_id=delivery_id)
     dispatch(subscriber="notifications", body=replay_dead_letter(letter_id=letter.pk, by="operator").envelope())
     letter.refresh_from_db()
     return letter
 
 
-def arrived_after_the_deadline(choreography, delivery_id: UUID):
+def arrived_after_the_deadline(delivery_id: UUID):
     """Run the delivery's choreography up to its drone's arrival, move its deadline into the past,
     then hand the arrival over; the `drone.arrived` event it handed over."""
     from deliveries.models import Delivery
 
-    choreography.settle(delivery_id, hold=("drone.arrived",))
+    run_choreography(correlation_id=delivery_id, hold=("drone.arrived",))
     Delivery.objects.filter(id=delivery_id).update(deadline=timezone.now() - timedelta(seconds=1))
-    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
-    choreography.hand_over(arrived)
+    (arrived,) = pending("drone.arrived", correlation_id=delivery_id)
+    hand_over(arrived)
     return arrived

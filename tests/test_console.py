@@ -19,6 +19,7 @@ from drones.models import Assignment, Drone
 from drones.services import seed_fleet
 from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
+from outbox.testing import hand_over, run_choreography
 from tests.console import act
 from tests.factories import BASE, requested
 
@@ -30,10 +31,10 @@ def text(response) -> str:
 
 
 @pytest.fixture
-def delivered(customer, fleet, choreography):
+def delivered(customer, fleet, db):
     """A delivery flown to the end: its drone back home, its assignment released."""
     delivery_id = requested(customer)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     delivery = Delivery.objects.get(pk=delivery_id)
     assert delivery.status == "delivered"
     return delivery
@@ -95,13 +96,11 @@ def test_without_the_wiring_a_delivery_links_its_drone_by_a_short_id(admin_clien
     assert f">{str(delivered.drone_id)[:8]}…</a>" in page
 
 
-def test_the_delivery_list_looks_its_drones_names_up_once_a_page(
-    admin_client, customer, fleet, choreography, monkeypatch
-):
+def test_the_delivery_list_looks_its_drones_names_up_once_a_page(admin_client, customer, fleet, db, monkeypatch):
     for _ in range(3):
-        choreography.deliver("delivery.requested", requested(customer))
+        hand_over("delivery.requested", correlation_id=requested(customer))
     for delivery_id in Delivery.objects.values_list("pk", flat=True):
-        choreography.deliver("drone.scheduled", delivery_id)
+        hand_over("drone.scheduled", correlation_id=delivery_id)
     lookups, lookup = [], deliveries.admin._drone_names
 
     def counted(ids):
@@ -123,10 +122,10 @@ def test_a_drone_page_lists_its_assignments_with_links_to_the_deliveries(admin_c
     assert "<td>Released</td>" in assignments
 
 
-def test_a_drone_page_shows_its_latest_assignments_and_links_to_all(admin_client, customer, choreography, monkeypatch):
+def test_a_drone_page_shows_its_latest_assignments_and_links_to_all(admin_client, customer, db, monkeypatch):
     seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
     for _ in range(2):
-        choreography.settle(requested(customer))
+        run_choreography(correlation_id=requested(customer))
     drone = Drone.objects.get()
     monkeypatch.setattr(drones.admin, "RECENT_ASSIGNMENTS", 1)
 
@@ -138,9 +137,9 @@ def test_a_drone_page_shows_its_latest_assignments_and_links_to_all(admin_client
     assert listing.status_code == 200 and listing.context["cl"].result_count == 2
 
 
-def test_the_drone_list_links_the_delivery_a_drone_is_reserved_for(admin_client, customer, fleet, choreography):
+def test_the_drone_list_links_the_delivery_a_drone_is_reserved_for(admin_client, customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
 
     fleet_page = text(admin_client.get("/admin/drones/drone/"))
 

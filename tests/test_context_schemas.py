@@ -30,7 +30,7 @@ from outbox.placement.grants import tables_of as tables_of_app
 from outbox.placement.roles import role_of, search_path
 from outbox.placement.rows import own_rows
 from outbox.relaying.sweep import _TAKE_THE_SWEEP, _only_sweeper
-from outbox.testing import deliver
+from outbox.testing import deliver, hand_over, pending, run_choreography
 from tests.factories import Customer, envelope, requested
 from tests.probe import handlers as probe
 from tests.probe.models import Effect
@@ -193,7 +193,7 @@ def test_the_admin_runs_as_the_projects_own_role_and_reads_every_context(admin_c
 
 
 @pytest.mark.postgres
-def test_an_existing_deployment_moves_in_with_its_rows_and_its_messages_in_flight(choreography):
+def test_an_existing_deployment_moves_in_with_its_rows_and_its_messages_in_flight(db):
     """Today's single schema, with deliveries at every step of the choreography and events not yet
     handed on, moved into the schemas by `migrate` (its post_migrate): every row stays, and the
     messages in flight go on to their subscribers. In the test's transaction (DDL is transactional
@@ -201,10 +201,10 @@ def test_an_existing_deployment_moves_in_with_its_rows_and_its_messages_in_fligh
     customer = Customer("moving")
     deliveries = [requested(customer) for _ in range(6)]
     for steps, delivery_id in enumerate(deliveries):  # the n-th delivery n events along
-        for row in choreography.pending(delivery_id, due_only=True)[:steps]:
-            choreography.hand_over(row)
+        for row in pending(correlation_id=delivery_id, due_only=True)[:steps]:
+            hand_over(row)
     before = {label: rows_of(label) for label in [*CONTEXTS, "outbox"]}
-    in_flight = {row.message_id for d in deliveries for row in choreography.pending(d)}
+    in_flight = {row.message_id for d in deliveries for row in pending(correlation_id=d)}
     assert in_flight
 
     with connection.cursor() as cursor:  # as deployments were before: every table in public
@@ -218,12 +218,12 @@ def test_an_existing_deployment_moves_in_with_its_rows_and_its_messages_in_fligh
     call_command("migrate", verbosity=0)
     assert {schemas_of_tables()[t] for t in tables_of("drones")} == {"drones"}
     assert {label: rows_of(label) for label in [*CONTEXTS, "outbox"]} == before
-    assert {row.message_id for d in deliveries for row in choreography.pending(d)} == in_flight
+    assert {row.message_id for d in deliveries for row in pending(correlation_id=d)} == in_flight
 
     for delivery_id in deliveries:  # each handler under its context's role, in the moved tables
-        choreography.settle(delivery_id)
+        run_choreography(correlation_id=delivery_id)
     assert not DeadLetter.objects.exists()
-    assert not [row for d in deliveries for row in choreography.pending(d, due_only=True)]
+    assert not [row for d in deliveries for row in pending(correlation_id=d, due_only=True)]
 
 
 def rows_of(label: str) -> dict[str, int]:

@@ -9,6 +9,7 @@ changed on purpose or the statement is taken out.
 import pytest
 
 from harness import statement_counts
+from outbox.testing import hand_over, pending, run_choreography
 from tests.factories import delivery_request
 
 pytestmark = [pytest.mark.postgres]
@@ -50,7 +51,7 @@ def test_an_accepted_request_stays_within_its_statements(customer, fleet):
 
 
 @pytest.mark.django_db
-def test_a_stale_copy_without_a_letter_is_not_looked_up_among_the_letters(customer, fleet, choreography):
+def test_a_stale_copy_without_a_letter_is_not_looked_up_among_the_letters(customer, fleet, db):
     """Workers reorder a stream's reports as a matter of course (1.8 stale copies a delivery in the
     bench): only the inbox insert, which already says whether the copy has a letter, reads the letters."""
     from django.db import connection
@@ -61,12 +62,12 @@ def test_a_stale_copy_without_a_letter_is_not_looked_up_among_the_letters(custom
     from tests.factories import requested
 
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
-    first, *_, last = choreography.pending(delivery_id, "drone.position_reported")
-    choreography.hand_over(last)
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, *_, last = pending("drone.position_reported", correlation_id=delivery_id)
+    hand_over(last)
 
     with CaptureQueriesContext(connection) as statements:
-        assert dispatch(subscriber="deliveries", body=first.envelope()) is Outcome.STALE
+        assert dispatch(subscriber="deliveries", body=first.model_dump(mode="json")) is Outcome.STALE
 
     letters = DeadLetter._meta.db_table
     reading_letters = [query["sql"] for query in statements.captured_queries if letters in query["sql"]]

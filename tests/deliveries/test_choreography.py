@@ -8,6 +8,7 @@ from drones.models import Assignment, Drone
 from notifications.models import Notification
 from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import InboxMessage, OutboxMessage, StreamCursor
+from outbox.testing import deliver, hand_over, pending, published, run_choreography
 from packages.models import Package
 from tests.factories import arrived_after_the_deadline, delivery_request, requested
 
@@ -16,61 +17,61 @@ def status(delivery_id) -> str:
     return Delivery.objects.get(id=delivery_id).status
 
 
-def test_drone_first_then_package_goes_requested_scheduled_in_transit_delivered(customer, fleet, choreography):
+def test_drone_first_then_package_goes_requested_scheduled_in_transit_delivered(customer, fleet, db):
     delivery_id = requested(customer)
     assert status(delivery_id) == "requested"
 
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
-    choreography.deliver("drone.scheduled", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
+    hand_over("drone.scheduled", correlation_id=delivery_id)
     assert status(delivery_id) == "scheduled"
 
-    choreography.deliver("delivery.requested", delivery_id, only="packages")
-    choreography.deliver("package.ready", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id, to="packages")
+    hand_over("package.ready", correlation_id=delivery_id)
     assert status(delivery_id) == "in_transit"
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert status(delivery_id) == "delivered"
-    assert choreography.published_types(delivery_id).count("delivery.dispatched") == 1
+    assert [e.type for e in published(correlation_id=delivery_id)].count("delivery.dispatched") == 1
     assert Drone.objects.filter(status="available").count() == 3
     assert Package.objects.get(delivery_id=delivery_id).status == "delivered"
 
 
-def test_package_first_then_drone_dispatches_once(customer, fleet, choreography):
+def test_package_first_then_drone_dispatches_once(customer, fleet, db):
     delivery_id = requested(customer)
 
-    choreography.deliver("delivery.requested", delivery_id, only="packages")
-    choreography.deliver("package.ready", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id, to="packages")
+    hand_over("package.ready", correlation_id=delivery_id)
     assert status(delivery_id) == "requested"
     assert Delivery.objects.get(id=delivery_id).package_ready
 
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
-    choreography.deliver("drone.scheduled", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
+    hand_over("drone.scheduled", correlation_id=delivery_id)
     assert status(delivery_id) == "in_transit"
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert status(delivery_id) == "delivered"
-    assert choreography.published_types(delivery_id).count("delivery.dispatched") == 1
+    assert [e.type for e in published(correlation_id=delivery_id)].count("delivery.dispatched") == 1
 
 
-def test_a_rejected_package_fails_the_delivery_and_releases_its_drone(customer, fleet, choreography):
+def test_a_rejected_package_fails_the_delivery_and_releases_its_drone(customer, fleet, db):
     response = customer.request(delivery_request(packageInfo={"size": "Small", "weight": 3.5}))
     delivery_id = UUID(response.json()["deliveryId"])
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", "too_heavy")
     assert Assignment.objects.get(delivery_id=delivery_id).status == "released"
     assert Drone.objects.filter(status="available").count() == 3
     assert "drone_released" in delivery.compensations
-    types = choreography.published_types(delivery_id)
+    types = [e.type for e in published(correlation_id=delivery_id)]
     assert types.index("package.rejected") < types.index("delivery.failed") < types.index("drone.released")
 
 
-def test_no_drone_fails_the_delivery_and_cancels_its_package(customer, choreography, db):
+def test_no_drone_fails_the_delivery_and_cancels_its_package(customer, db):
     delivery_id = requested(customer)  # no fleet at all
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", "payload_exceeds_fleet")
@@ -78,17 +79,17 @@ def test_no_drone_fails_the_delivery_and_cancels_its_package(customer, choreogra
     assert delivery.compensations == ["package_cancelled"]
 
 
-def test_cancel_before_dispatch_releases_the_drone_and_cancels_the_package(customer, fleet, choreography):
+def test_cancel_before_dispatch_releases_the_drone_and_cancels_the_package(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id)
-    choreography.deliver("drone.scheduled", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id)
+    hand_over("drone.scheduled", correlation_id=delivery_id)
     assert Drone.objects.filter(status="reserved").count() == 1
     assert customer.get(f"/deliveries/{delivery_id}/status").json()["pickupEta"] is not None
 
     response = customer.cancel(delivery_id)
     assert response.status_code == 202
     assert response.json()["status"] == "cancelled"
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     shown = customer.get(f"/deliveries/{delivery_id}/status").json()
     assert (shown["pickupEta"], shown["deliveryEta"]) == (None, None)  # no drone is coming
 
@@ -98,21 +99,21 @@ def test_cancel_before_dispatch_releases_the_drone_and_cancels_the_package(custo
     assert status(delivery_id) == "cancelled"
 
 
-def test_a_late_ready_package_cannot_resurrect_a_cancelled_delivery(customer, fleet, choreography):
+def test_a_late_ready_package_cannot_resurrect_a_cancelled_delivery(customer, fleet, db):
     delivery_id = requested(customer)
     assert customer.cancel(delivery_id).status_code == 202
-    choreography.deliver("delivery.cancelled", delivery_id)  # compensations run before the request arrives
+    hand_over("delivery.cancelled", correlation_id=delivery_id)  # compensations run before the request arrives
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     assert status(delivery_id) == "cancelled"
     assert Drone.objects.filter(status="available").count() == 3
-    assert "drone.scheduled" not in choreography.published_types(delivery_id)
+    assert "drone.scheduled" not in [e.type for e in published(correlation_id=delivery_id)]
 
 
-def test_cancel_in_transit_is_refused_with_409(customer, fleet, choreography):
+def test_cancel_in_transit_is_refused_with_409(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+    run_choreography(correlation_id=delivery_id, hold=("delivery.dispatched",))
     assert status(delivery_id) == "in_transit"
 
     response = customer.cancel(delivery_id)
@@ -122,15 +123,15 @@ def test_cancel_in_transit_is_refused_with_409(customer, fleet, choreography):
     assert status(delivery_id) == "in_transit"
 
 
-def test_a_stale_position_report_does_not_overwrite_a_newer_one(customer, fleet, choreography):
+def test_a_stale_position_report_does_not_overwrite_a_newer_one(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
-    first, *_, last = choreography.pending(delivery_id, "drone.position_reported")
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, *_, last = pending("drone.position_reported", correlation_id=delivery_id)
 
     assert first.payload["latitude"] != last.payload["latitude"]
 
-    choreography.hand_over(last)  # the newer report arrives first
-    choreography.hand_over(first)
+    hand_over(last)  # the newer report arrives first
+    hand_over(first)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert delivery.last_known_location["latitude"] == last.payload["latitude"]
@@ -139,35 +140,34 @@ def test_a_stale_position_report_does_not_overwrite_a_newer_one(customer, fleet,
     assert (cursor.last_sequence, cursor.stale, cursor.gaps) == (last.sequence, 1, last.sequence - 1)
 
 
-def test_reports_in_order_leave_no_gap_and_a_skipped_one_is_logged_and_counted(customer, fleet, choreography, caplog):
+def test_reports_in_order_leave_no_gap_and_a_skipped_one_is_logged_and_counted(customer, fleet, db, caplog):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
-    first, second, third = choreography.pending(delivery_id, "drone.position_reported")
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, second, third = pending("drone.position_reported", correlation_id=delivery_id)
 
-    choreography.hand_over(first)
-    choreography.hand_over(third)  # the second is late
+    hand_over(first)
+    hand_over(third)  # the second is late
 
     cursor = StreamCursor.objects.get(subscriber="deliveries", stream=f"flight:{delivery_id}")
     assert (cursor.last_sequence, cursor.gaps, cursor.stale) == (third.sequence, 1, 0)
     assert f"deliveries saw a gap in flight:{delivery_id}: #3 after #1" in caplog.text
-    choreography.hand_over(second)
+    hand_over(second)
     assert StreamCursor.objects.get(pk=cursor.pk).stale == 1
     assert Delivery.objects.get(id=delivery_id).last_known_location["latitude"] == third.payload["latitude"]
 
 
-def test_an_arrival_handled_before_the_last_reports_counts_no_gap_and_warns_of_nothing(
-    customer, fleet, choreography, caplog
-):
+def test_an_arrival_handled_before_the_last_reports_counts_no_gap_and_warns_of_nothing(customer, fleet, db, caplog):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
-    reports = choreography.pending(delivery_id, "drone.position_reported")
-    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
-    assert max(r.available_at for r in reports) < arrived.available_at  # no report is due with the arrival
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    reports = pending("drone.position_reported", correlation_id=delivery_id)
+    (arrived,) = pending("drone.arrived", correlation_id=delivery_id)
+    due = {m.message_id: m.available_at for m in OutboxMessage.objects.filter(correlation_id=delivery_id)}
+    assert max(due[r.message_id] for r in reports) < due[arrived.message_id]  # no report is due with the arrival
 
-    choreography.hand_over(reports[0])
-    choreography.hand_over(arrived)  # workers handled it first
+    hand_over(reports[0])
+    hand_over(arrived)  # workers handled it first
     for report in reports[1:]:
-        choreography.hand_over(report)
+        hand_over(report)
 
     assert status(delivery_id) == "delivered"
     cursor = StreamCursor.objects.get(subscriber="deliveries", stream=f"flight:{delivery_id}")
@@ -175,12 +175,12 @@ def test_an_arrival_handled_before_the_last_reports_counts_no_gap_and_warns_of_n
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
-def test_position_reports_handled_after_the_arrival_leave_the_delivery_at_its_drop_off(customer, fleet, choreography):
+def test_position_reports_handled_after_the_arrival_leave_the_delivery_at_its_drop_off(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
-    reports = choreography.pending(delivery_id, "drone.position_reported")
-    (arrived,) = choreography.pending(delivery_id, "drone.arrived")
-    choreography.hand_over(arrived)  # workers handled the arrival before every report of the flight
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    reports = pending("drone.position_reported", correlation_id=delivery_id)
+    (arrived,) = pending("drone.arrived", correlation_id=delivery_id)
+    hand_over(arrived)  # workers handled the arrival before every report of the flight
     at_the_drop_off = Delivery.objects.get(id=delivery_id).last_known_location
     assert (at_the_drop_off["latitude"], at_the_drop_off["longitude"]) == (
         arrived.payload["latitude"],
@@ -188,26 +188,26 @@ def test_position_reports_handled_after_the_arrival_leave_the_delivery_at_its_dr
     )
 
     for report in reports:
-        choreography.hand_over(report)
+        hand_over(report)
 
     assert all(r.payload["latitude"] != arrived.payload["latitude"] for r in reports)  # each one short of it
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.last_known_location) == ("delivered", at_the_drop_off)
 
 
-def test_an_arrival_after_the_deadline_is_delivered_late_never_on_time(customer, fleet, choreography):
+def test_an_arrival_after_the_deadline_is_delivered_late_never_on_time(customer, fleet, db):
     delivery_id = requested(customer)
-    arrived_after_the_deadline(choreography, delivery_id)
+    arrived_after_the_deadline(delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("delivered", "late")
     assert customer.get(f"/deliveries/{delivery_id}/status").json()["statusReason"] == "late"
 
 
-def test_notifications_record_one_per_delivery_and_kind(customer, fleet, choreography):
+def test_notifications_record_one_per_delivery_and_kind(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id)
-    completed = choreography.published_types(delivery_id).index("delivery.completed")
+    run_choreography(correlation_id=delivery_id)
+    completed = [e.type for e in published(correlation_id=delivery_id)].index("delivery.completed")
     assert completed
 
     assert sorted(Notification.objects.filter(delivery_id=delivery_id).values_list("kind", flat=True)) == [
@@ -216,9 +216,9 @@ def test_notifications_record_one_per_delivery_and_kind(customer, fleet, choreog
     ]
 
 
-def test_the_timeline_lists_events_in_causal_order_with_their_subscribers(customer, fleet, choreography):
+def test_the_timeline_lists_events_in_causal_order_with_their_subscribers(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     timeline = customer.get(f"/deliveries/{delivery_id}/timeline").json()
 
@@ -237,12 +237,12 @@ def test_the_timeline_lists_events_in_causal_order_with_their_subscribers(custom
     assert all(s["outcome"] == "processed" for e in timeline for s in e["subscribers"])
 
 
-def test_the_timeline_keeps_each_cause_before_its_effects_when_a_hosts_clock_runs_ahead(customer, fleet, choreography):
+def test_the_timeline_keeps_each_cause_before_its_effects_when_a_hosts_clock_runs_ahead(customer, fleet, db):
     delivery_id = requested(customer)
     request = OutboxMessage.objects.get(correlation_id=delivery_id, type="delivery.requested")
     request.occurred_at += timedelta(seconds=10)  # the web host that took it runs 10 s ahead of the workers
     request.save(update_fields=["occurred_at"])
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     timeline = customer.get(f"/deliveries/{delivery_id}/timeline").json()
 
@@ -266,32 +266,32 @@ def test_the_release_and_cancel_compensations_report_failure_as_compensation_fai
     assert not subscription("drones", "delivery.requested").compensation
 
 
-def test_a_compensation_runs_once_however_often_its_event_is_delivered(customer, fleet, choreography):
+def test_a_compensation_runs_once_however_often_its_event_is_delivered(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id)
     customer.cancel(delivery_id)
-    cancelled = choreography.pending(delivery_id, "delivery.cancelled")[0]
+    cancelled = pending("delivery.cancelled", correlation_id=delivery_id)[0]
 
     for _ in range(3):
-        dispatch(subscriber="drones", body=cancelled.envelope())
-        dispatch(subscriber="packages", body=cancelled.envelope())
+        deliver("drones", cancelled)
+        deliver("packages", cancelled)
 
-    assert choreography.published_types(delivery_id).count("drone.released") == 1
-    assert choreography.published_types(delivery_id).count("package.cancelled") == 1
+    assert [e.type for e in published(correlation_id=delivery_id)].count("drone.released") == 1
+    assert [e.type for e in published(correlation_id=delivery_id)].count("package.cancelled") == 1
     assert InboxMessage.objects.get(subscriber="drones", message_id=cancelled.message_id).duplicates == 2
 
 
-def test_a_replayed_report_older_than_one_applied_is_dropped_and_its_letter_says_so(customer, fleet, choreography):
+def test_a_replayed_report_older_than_one_applied_is_dropped_and_its_letter_says_so(customer, fleet, db):
     from outbox.console.dead_letter_actions import replay_dead_letter
     from outbox.core.dead_letters import record_dead_letter
     from outbox.models import DeadLetter, OutboxMessage
 
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
-    first, second, third = choreography.pending(delivery_id, "drone.position_reported")
-    choreography.hand_over(first)
-    letter = record_dead_letter(subscriber="deliveries", body=second.envelope(), reason="handler_error")
-    choreography.hand_over(third)  # the stream moves on past the failed one
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    first, second, third = pending("drone.position_reported", correlation_id=delivery_id)
+    hand_over(first)
+    letter = record_dead_letter(subscriber="deliveries", body=second.model_dump(mode="json"), reason="handler_error")
+    hand_over(third)  # the stream moves on past the failed one
 
     replay_dead_letter(letter_id=letter.pk, by="ops")
     replayed = OutboxMessage.objects.get(message_id=second.message_id, target_subscriber="deliveries")

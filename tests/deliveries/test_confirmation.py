@@ -11,6 +11,7 @@ import pytest
 from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.models import OutboxMessage
+from outbox.testing import hand_over, published, run_choreography
 from packages.models import Package
 from tests.factories import arrived_after_the_deadline, delivery_request
 
@@ -21,9 +22,9 @@ def requested(customer, kind: str = "FingerPrint") -> UUID:
     return UUID(response.json()["deliveryId"])
 
 
-def at_the_drop_off(customer, choreography, kind: str = "FingerPrint") -> UUID:
+def at_the_drop_off(customer, kind: str = "FingerPrint") -> UUID:
     delivery_id = requested(customer, kind)
-    choreography.settle(delivery_id, hold=("delivery.confirmation_timed_out",))
+    run_choreography(correlation_id=delivery_id, hold=("delivery.confirmation_timed_out",))
     assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
     return delivery_id
 
@@ -48,16 +49,12 @@ def confirm(customer, delivery_id, **overrides):
     )
 
 
-def published(delivery_id, type: str) -> list[OutboxMessage]:
-    return list(OutboxMessage.objects.filter(correlation_id=delivery_id, type=type))
-
-
-def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
     delivery = Delivery.objects.get(id=delivery_id)
     token = issued_token(customer, delivery_id)
     assert len(token) >= 40 and "confirmationToken" not in customer.get(f"/deliveries/{delivery_id}").json()
-    (asked,) = published(delivery_id, "delivery.confirmation_requested")
+    (asked,) = published("delivery.confirmation_requested", correlation_id=delivery_id)
     assert asked.payload == {
         "delivery_id": str(delivery_id),
         "token_id": str(delivery.confirmation_token_id),
@@ -71,15 +68,15 @@ def test_the_token_completes_the_delivery_and_never_leaves_the_context(customer,
 
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "delivered"
-    assert len(published(delivery_id, "delivery.completed")) == 1
-    choreography.settle(delivery_id, hold=("delivery.confirmation_timed_out",))
+    assert len(published("delivery.completed", correlation_id=delivery_id)) == 1
+    run_choreography(correlation_id=delivery_id, hold=("delivery.confirmation_timed_out",))
     assert Drone.objects.filter(status="available").count() == 3
     assert Package.objects.get(delivery_id=delivery_id).status == "delivered"
     assert Delivery.objects.get(id=delivery_id).confirmation["type"] == "FingerPrint"
 
 
-def test_a_wrong_token_changes_nothing_and_a_used_one_opens_nothing_again(customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_a_wrong_token_changes_nothing_and_a_used_one_opens_nothing_again(customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
     token = issued_token(customer, delivery_id)
 
     wrong = confirm(customer, delivery_id, token="x" * 43)
@@ -89,11 +86,11 @@ def test_a_wrong_token_changes_nothing_and_a_used_one_opens_nothing_again(custom
 
     reused = confirm(customer, delivery_id, token=token)
     assert reused.status_code == 409 and reused.json()["errors"][0]["field"] == "status"
-    assert len(published(delivery_id, "delivery.completed")) == 1
+    assert len(published("delivery.completed", correlation_id=delivery_id)) == 1
 
 
-def test_no_token_confirms_a_delivery_before_one_was_ever_issued(customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_no_token_confirms_a_delivery_before_one_was_ever_issued(customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
     assert Delivery.objects.get(id=delivery_id).confirmation_token_hash == ""  # nobody asked for a token yet
 
     for guess in ("x" * 43, "a"):
@@ -102,12 +99,12 @@ def test_no_token_confirms_a_delivery_before_one_was_ever_issued(customer, fleet
         assert response.json()["errors"][0]["field"] == "token"
 
     assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
-    assert not published(delivery_id, "delivery.completed")
+    assert not published("delivery.completed", correlation_id=delivery_id)
     assert confirm(customer, delivery_id).status_code == 200  # a token issued now still works
 
 
-def test_a_wrong_confirmation_type_is_422_and_changes_nothing(customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_a_wrong_confirmation_type_is_422_and_changes_nothing(customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
 
     response = confirm(customer, delivery_id, confirmationType="Voice")
 
@@ -115,8 +112,8 @@ def test_a_wrong_confirmation_type_is_422_and_changes_nothing(customer, fleet, c
     assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
 
 
-def test_another_customer_cannot_confirm(customer, other_customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_another_customer_cannot_confirm(customer, other_customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
     token = issued_token(customer, delivery_id)
 
     response = other_customer.client.post(
@@ -129,25 +126,25 @@ def test_another_customer_cannot_confirm(customer, other_customer, fleet, choreo
     assert Delivery.objects.get(id=delivery_id).status == "awaiting_confirmation"
 
 
-def test_no_confirmation_in_time_fails_it_and_the_drone_brings_the_package_back(customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_no_confirmation_in_time_fails_it_and_the_drone_brings_the_package_back(customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
     token = issued_token(customer, delivery_id)
 
-    choreography.deliver("delivery.confirmation_timed_out", delivery_id)
-    choreography.settle(delivery_id)
+    hand_over("delivery.confirmation_timed_out", correlation_id=delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", "confirmation_timeout")
-    (returned,) = published(delivery_id, "drone.package_returned")
+    (returned,) = published("drone.package_returned", correlation_id=delivery_id)
     assert returned.payload["reason"] == "confirmation_timeout"
     assert "package_returned" in delivery.compensations and "drone_released" in delivery.compensations
     assert Drone.objects.filter(status="available").count() == 3
     assert confirm(customer, delivery_id, token=token).status_code == 409
 
 
-def test_a_late_arrival_that_awaits_its_confirmation_is_late_too(customer, fleet, choreography):
+def test_a_late_arrival_that_awaits_its_confirmation_is_late_too(customer, fleet, db):
     delivery_id = requested(customer)
-    arrived_after_the_deadline(choreography, delivery_id)
+    arrived_after_the_deadline(delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("awaiting_confirmation", "late")
@@ -157,16 +154,16 @@ def test_a_late_arrival_that_awaits_its_confirmation_is_late_too(customer, fleet
 
 
 @pytest.mark.parametrize("kind", ["None"])
-def test_a_delivery_without_confirmation_is_delivered_on_arrival_as_before(customer, fleet, choreography, kind):
+def test_a_delivery_without_confirmation_is_delivered_on_arrival_as_before(customer, fleet, db, kind):
     delivery_id = requested(customer, kind)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
-    assert not published(delivery_id, "delivery.confirmation_requested")
+    assert not published("delivery.confirmation_requested", correlation_id=delivery_id)
 
 
-def test_only_the_tokens_hash_is_stored_and_asking_again_replaces_the_token(customer, fleet, choreography):
-    delivery_id = at_the_drop_off(customer, choreography)
+def test_only_the_tokens_hash_is_stored_and_asking_again_replaces_the_token(customer, fleet, db):
+    delivery_id = at_the_drop_off(customer)
     first = issued_token(customer, delivery_id)
     second = issued_token(customer, delivery_id)
 

@@ -8,6 +8,7 @@ from django.utils import timezone
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
 from outbox.models import OutboxMessage
+from outbox.testing import hand_over, pending, published, run_choreography
 from tests.factories import BASE, delivery_request
 
 NEW_DROPOFF = {"latitude": BASE[0] + 0.02, "longitude": BASE[1] - 0.02, "altitude": 10.0}
@@ -21,18 +22,18 @@ def requested(customer) -> UUID:
     return UUID(customer.request().json()["deliveryId"])
 
 
-def test_a_new_drop_off_before_dispatch_releases_the_drone_and_schedules_again(customer, fleet, choreography):
+def test_a_new_drop_off_before_dispatch_releases_the_drone_and_schedules_again(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id)
-    choreography.deliver("drone.scheduled", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id)
+    hand_over("drone.scheduled", correlation_id=delivery_id)
     assert Delivery.objects.get(id=delivery_id).status == "scheduled"
 
     response = patch(customer, delivery_id, {"dropOffLocation": NEW_DROPOFF})
 
     assert response.status_code == 202
     assert response.json()["dropOffLocation"] == NEW_DROPOFF and response.json()["status"] == "requested"
-    choreography.settle(delivery_id)
-    types = choreography.published_types(delivery_id)
+    run_choreography(correlation_id=delivery_id)
+    types = [e.type for e in published(correlation_id=delivery_id)]
     assert types.index("delivery.rescheduled") < types.index("drone.released")
     assert types.count("drone.scheduled") == 2 and types[-1] in ("drone.released", "delivery.completed")
     delivery = Delivery.objects.get(id=delivery_id)
@@ -43,29 +44,29 @@ def test_a_new_drop_off_before_dispatch_releases_the_drone_and_schedules_again(c
     assert Drone.objects.filter(status="available").count() == 3
 
 
-def test_an_answer_to_the_old_round_arriving_late_is_ignored(customer, fleet, choreography):
+def test_an_answer_to_the_old_round_arriving_late_is_ignored(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id, only="drones")  # round 1 reserves a drone
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")  # round 1 reserves a drone
 
     patch(customer, delivery_id, {"dropOffLocation": NEW_DROPOFF})
-    first_answer = choreography.pending(delivery_id, "drone.scheduled")[0]
-    choreography.hand_over(first_answer)  # round 1's answer reaches deliveries after the reschedule
+    first_answer = pending("drone.scheduled", correlation_id=delivery_id)[0]
+    hand_over(first_answer)  # round 1's answer reaches deliveries after the reschedule
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.drone_id) == ("requested", None)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
     assert Drone.objects.filter(status="available").count() == 3
 
 
-def test_a_new_deadline_replaces_the_old_deadline_timer_and_leaves_the_drone(customer, fleet, choreography):
+def test_a_new_deadline_replaces_the_old_deadline_timer_and_leaves_the_drone(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id)
     later = timezone.now() + timedelta(hours=5)
 
     assert patch(customer, delivery_id, {"deadline": later.isoformat()}).status_code == 202
-    old_timer = OutboxMessage.objects.filter(type="delivery.deadline_passed").order_by("id").first()
-    choreography.hand_over(old_timer)  # the first deadline comes: it no longer applies
+    old_timer = pending("delivery.deadline_passed", correlation_id=delivery_id)[0]
+    hand_over(old_timer)  # the first deadline comes: it no longer applies
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert delivery.status != "failed" and delivery.deadline == later
@@ -73,9 +74,9 @@ def test_a_new_deadline_replaces_the_old_deadline_timer_and_leaves_the_drone(cus
     assert Drone.objects.filter(status="reserved").count() == 1  # times changed, not places: same drone
 
 
-def test_rescheduling_after_dispatch_is_409(customer, fleet, choreography):
+def test_rescheduling_after_dispatch_is_409(customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+    run_choreography(correlation_id=delivery_id, hold=("delivery.dispatched",))
 
     response = patch(customer, delivery_id, {"dropOffLocation": NEW_DROPOFF})
 

@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 
 from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
+from outbox.testing import hand_over
 from tests.factories import Customer, requested
 
 pytestmark = pytest.mark.django_db
@@ -42,12 +43,10 @@ def json_lines():
     logger.setLevel(previous)
 
 
-def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_type(
-    customer, fleet, choreography, json_lines
-):
+def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_type(customer, fleet, db, json_lines):
     delivery_id = requested(customer)
     row = OutboxMessage.objects.get(type="delivery.requested")
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
 
     dispatch(subscriber="drones", body=row.envelope())  # a duplicate: the kernel logs that it skips it
 

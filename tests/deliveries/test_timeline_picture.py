@@ -4,14 +4,13 @@ from django.test import Client
 
 from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
+from outbox.testing import run_choreography
 from tests.factories import dead_letter_then_replay, requested
 
 
-def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(
-    customer, other_customer, fleet, choreography
-):
+def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(customer, other_customer, fleet, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     path = f"/api/deliveries/{delivery_id}/timeline"
 
     by_format = customer.client.get(f"{path}?format=svg")
@@ -33,10 +32,10 @@ def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(
 
 
 def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_timers_only_while_they_matter(
-    admin_client, customer, fleet, choreography
+    admin_client, customer, fleet, db
 ):
     delivery_id = requested(customer)
-    letter = dead_letter_then_replay(choreography, delivery_id)
+    letter = dead_letter_then_replay(delivery_id)
     first = OutboxMessage.objects.get(correlation_id=delivery_id, type="delivery.requested", target_subscriber="")
     dispatch(subscriber="packages", body=first.envelope())  # a copy the broker delivered twice
 

@@ -10,16 +10,17 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
+from outbox.testing import hand_over, pending, run_choreography
 from packages.models import Package
 from tests.factories import requested
 
 DELIVERIES = Delivery._meta.db_table
 
 
-def reserved_and_ready(customer, choreography):
+def reserved_and_ready(customer):
     """A delivery whose drone is reserved and whose package is registered, before deliveries hears of it."""
     delivery_id = requested(customer)
-    choreography.deliver("delivery.requested", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id)
     assert Drone.objects.filter(status="reserved").count() == 1
     return delivery_id
 
@@ -29,34 +30,32 @@ def state(delivery_id) -> tuple[str, str]:
     return Delivery.objects.filter(id=delivery_id).values_list("status", "status_reason").get()
 
 
-def compensations_run(choreography, delivery_id) -> None:
+def compensations_run(delivery_id) -> None:
     for subscriber in ("drones", "packages"):
-        choreography.deliver("delivery.failed", delivery_id, only=subscriber)
+        hand_over("delivery.failed", correlation_id=delivery_id, to=subscriber)
 
 
 @pytest.mark.postgres
-def test_a_stored_date_that_cannot_be_read_back_fails_the_delivery_and_releases_its_drone(
-    customer, fleet, choreography
-):
-    delivery_id = reserved_and_ready(customer, choreography)
+def test_a_stored_date_that_cannot_be_read_back_fails_the_delivery_and_releases_its_drone(customer, fleet, db):
+    delivery_id = reserved_and_ready(customer)
     with connection.cursor() as cursor:  # what a year-10000 pickupTime once left behind
         cursor.execute(f"UPDATE {DELIVERIES} SET pickup_time = '10000-01-01T00:00:00Z' WHERE id = %s", [delivery_id])
     with pytest.raises(Exception):  # noqa: B017 - psycopg's own DataError, wrapped by Django
         Delivery.objects.get(id=delivery_id)
 
-    scheduled = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id)
-    choreography.hand_over(scheduled, only="deliveries", dead_letter_expected=True)
+    [scheduled] = pending("drone.scheduled", correlation_id=delivery_id, to="deliveries")
+    hand_over(scheduled, to="deliveries", dead_letters="keep")
 
     letter = DeadLetter.objects.get(subscriber="deliveries", message_id=scheduled.message_id)
     assert (letter.reason, letter.attempts) == ("unprocessable", 1)
     assert state(delivery_id) == ("failed", "unprocessable")
-    compensations_run(choreography, delivery_id)
+    compensations_run(delivery_id)
     assert Drone.objects.filter(status="available").count() == 3
     assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
 
 
-def test_an_unreadable_payload_fails_the_delivery_and_releases_its_drone(customer, fleet, choreography):
-    delivery_id = reserved_and_ready(customer, choreography)
+def test_an_unreadable_payload_fails_the_delivery_and_releases_its_drone(customer, fleet, db):
+    delivery_id = reserved_and_ready(customer)
     scheduled = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id)
     envelope = scheduled.envelope()
     del envelope["payload"]["eta"]
@@ -68,13 +67,13 @@ def test_an_unreadable_payload_fails_the_delivery_and_releases_its_drone(custome
     assert state(delivery_id) == ("failed", "unprocessable")
     failed = OutboxMessage.objects.get(type="delivery.failed", correlation_id=delivery_id)
     assert (failed.payload["reason"], failed.causation_id) == ("unprocessable", scheduled.message_id)
-    compensations_run(choreography, delivery_id)
+    compensations_run(delivery_id)
     assert Drone.objects.filter(status="available").count() == 3
 
 
-def test_a_finished_delivery_is_left_as_it_is(customer, fleet, choreography):
-    delivery_id = reserved_and_ready(customer, choreography)
-    choreography.settle(delivery_id)
+def test_a_finished_delivery_is_left_as_it_is(customer, fleet, db):
+    delivery_id = reserved_and_ready(customer)
+    run_choreography(correlation_id=delivery_id)
     assert state(delivery_id) == ("delivered", "")
     envelope = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id).envelope()
     envelope["message_id"] = "00000000-0000-4000-8000-000000000001"
@@ -86,8 +85,8 @@ def test_a_finished_delivery_is_left_as_it_is(customer, fleet, choreography):
     assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
 
 
-def test_a_compensation_that_fails_still_leaves_a_dead_letter_saying_so(customer, fleet, choreography, monkeypatch):
-    delivery_id = reserved_and_ready(customer, choreography)
+def test_a_compensation_that_fails_still_leaves_a_dead_letter_saying_so(customer, fleet, db, monkeypatch):
+    delivery_id = reserved_and_ready(customer)
     envelope = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id).envelope()
     del envelope["payload"]["eta"]
 
@@ -103,12 +102,12 @@ def test_a_compensation_that_fails_still_leaves_a_dead_letter_saying_so(customer
     assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
 
 
-def test_a_delivery_in_flight_is_not_failed_by_a_report_that_cannot_be_read(customer, fleet, choreography):
-    delivery_id = reserved_and_ready(customer, choreography)
-    choreography.deliver("drone.scheduled", delivery_id)
-    choreography.deliver("package.ready", delivery_id)
+def test_a_delivery_in_flight_is_not_failed_by_a_report_that_cannot_be_read(customer, fleet, db):
+    delivery_id = reserved_and_ready(customer)
+    hand_over("drone.scheduled", correlation_id=delivery_id)
+    hand_over("package.ready", correlation_id=delivery_id)
     assert state(delivery_id) == ("in_transit", "")
-    choreography.deliver("delivery.dispatched", delivery_id, only="drones")  # the drone takes off
+    hand_over("delivery.dispatched", correlation_id=delivery_id, to="drones")  # the drone takes off
     report = OutboxMessage.objects.filter(type="drone.position_reported", correlation_id=delivery_id).first()
     envelope = report.envelope() if report else None
     assert envelope is not None, "no position report published"
@@ -122,8 +121,8 @@ def test_a_delivery_in_flight_is_not_failed_by_a_report_that_cannot_be_read(cust
     assert not OutboxMessage.objects.filter(type="delivery.failed", correlation_id=delivery_id).exists()
 
 
-def test_a_message_of_an_older_scheduling_round_fails_nothing(customer, fleet, choreography):
-    delivery_id = reserved_and_ready(customer, choreography)
+def test_a_message_of_an_older_scheduling_round_fails_nothing(customer, fleet, db):
+    delivery_id = reserved_and_ready(customer)
     Delivery.objects.filter(id=delivery_id).update(schedule_round=2)  # rescheduled since
     envelope = OutboxMessage.objects.get(type="drone.scheduled", correlation_id=delivery_id).envelope()
     assert envelope["payload"]["round"] == 1

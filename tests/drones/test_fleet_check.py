@@ -4,9 +4,9 @@ from django.conf import settings
 
 from drones import services
 from drones.models import Drone, FleetCheck
-from harness.choreography import Choreography
 from outbox.handling.dispatch import Outcome, dispatch
 from outbox.models import DeadLetter, OutboxMessage
+from outbox.testing import run_choreography
 from tests.factories import BASE
 
 
@@ -15,12 +15,12 @@ def pending_check() -> OutboxMessage:
     return row
 
 
-def test_the_chain_outlives_the_hop_bound_while_a_delivery_waits(customer, choreography: Choreography):
+def test_the_chain_outlives_the_hop_bound_while_a_delivery_waits(customer, db):
     services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
     services.ground_drone(drone_id=Drone.objects.get().pk)  # nobody can serve the line
     response = customer.request()
     delivery_id = response.json()["deliveryId"]
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     for _ in range(settings.OUTBOX_MAX_HOPS + 4):  # more links than a causal chain may have hops
         row = pending_check()
@@ -31,12 +31,12 @@ def test_the_chain_outlives_the_hop_bound_while_a_delivery_waits(customer, chore
     assert pending_check().payload == {"generation": FleetCheck.objects.get().generation}
 
 
-def test_the_chain_ends_with_the_line_and_the_next_wait_starts_it_again(customer, choreography):
+def test_the_chain_ends_with_the_line_and_the_next_wait_starts_it_again(customer, db):
     services.seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
     drone = Drone.objects.get()
     services.ground_drone(drone_id=drone.pk)
     delivery_id = customer.request().json()["deliveryId"]
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     first = pending_check()
     OutboxMessage.objects.filter(pk=first.pk).update(published_at=first.available_at)
     services.return_drone_to_service(drone_id=drone.pk)  # the line empties

@@ -12,8 +12,8 @@ from drones import services
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
 from drones.scheduling import HEAD_OF_LINE, rank
-from harness.choreography import Choreography
 from outbox.models import OutboxMessage
+from outbox.testing import hand_over, pending, published, run_choreography
 from packages.models import Package
 from tests.factories import BASE, delivery_request
 
@@ -24,25 +24,25 @@ def requested(customer, **overrides) -> UUID:
     return UUID(response.json()["deliveryId"])
 
 
-def scheduled(customer, choreography, **overrides) -> UUID:
+def scheduled(customer, **overrides) -> UUID:
     """A delivery whose drone is reserved and whose package is ready, not yet dispatched."""
     delivery_id = requested(customer, **overrides)
-    choreography.settle(delivery_id, hold=("delivery.dispatched",))
+    run_choreography(correlation_id=delivery_id, hold=("delivery.dispatched",))
     return delivery_id
 
 
-def reserved_only(customer, choreography, **overrides) -> UUID:
+def reserved_only(customer, **overrides) -> UUID:
     """A delivery whose drone is reserved while its package has not answered yet."""
     delivery_id = requested(customer, **overrides)
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
-    choreography.deliver("drone.scheduled", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
+    hand_over("drone.scheduled", correlation_id=delivery_id)
     assert Delivery.objects.get(id=delivery_id).status == "scheduled"
     return delivery_id
 
 
-def waiting(customer, choreography, **overrides) -> UUID:
+def waiting(customer, **overrides) -> UUID:
     delivery_id = requested(customer, **overrides)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert Delivery.objects.get(id=delivery_id).status == "waiting_for_drone"
     return delivery_id
 
@@ -51,14 +51,12 @@ def assignment(delivery_id) -> Assignment:
     return Assignment.objects.get(delivery_id=delivery_id)
 
 
-def test_a_request_finding_every_capable_drone_busy_waits_and_is_told_when_a_drone_is_expected(
-    customer, one_drone, choreography
-):
+def test_a_request_finding_every_capable_drone_busy_waits_and_is_told_when_a_drone_is_expected(customer, one_drone, db):
     first = requested(customer)
-    choreography.settle(first, hold=("drone.position_reported", "drone.arrived"))  # flying, its ETA known
+    run_choreography(correlation_id=first, hold=("drone.position_reported", "drone.arrived"))  # flying, its ETA known
 
     second = requested(customer)
-    choreography.settle(second)
+    run_choreography(correlation_id=second)
 
     delivery = customer.get(f"/deliveries/{second}").json()
     assert (delivery["status"], delivery["statusReason"], delivery["droneId"]) == (
@@ -73,47 +71,45 @@ def test_a_request_finding_every_capable_drone_busy_waits_and_is_told_when_a_dro
     assert assignment(second).status == "waiting"
 
 
-def test_when_the_busy_drone_is_released_it_takes_the_waiting_delivery_which_is_then_delivered(
-    customer, one_drone, choreography
-):
-    first = scheduled(customer, choreography)
-    second = waiting(customer, choreography)
+def test_when_the_busy_drone_is_released_it_takes_the_waiting_delivery_which_is_then_delivered(customer, one_drone, db):
+    first = scheduled(customer)
+    second = waiting(customer)
 
-    choreography.settle(first)  # flies, lands, completes, releases the drone
+    run_choreography(correlation_id=first)  # flies, lands, completes, releases the drone
 
     assert Delivery.objects.get(id=first).status == "delivered"
     assert assignment(second).status == "reserved"
-    choreography.settle(second)
+    run_choreography(correlation_id=second)
     delivery = Delivery.objects.get(id=second)
     assert delivery.status == "delivered" and delivery.drone_scheduled_at > delivery.waiting_since
-    types = choreography.published_types(second)
+    types = [e.type for e in published(correlation_id=second)]
     assert types.index("drone.wait_listed") < types.index("drone.scheduled") < types.index("delivery.dispatched")
 
 
-def test_expedited_overtakes_normal_in_the_line(customer, one_drone, choreography):
-    first = scheduled(customer, choreography)
-    normal = waiting(customer, choreography)
-    expedited = waiting(customer, choreography, expedited=True)
+def test_expedited_overtakes_normal_in_the_line(customer, one_drone, db):
+    first = scheduled(customer)
+    normal = waiting(customer)
+    expedited = waiting(customer, expedited=True)
 
-    choreography.settle(first)
+    run_choreography(correlation_id=first)
 
     assert (assignment(expedited).status, assignment(normal).status) == ("reserved", "waiting")
-    choreography.settle(expedited)
+    run_choreography(correlation_id=expedited)
     assert assignment(normal).status == "reserved"
 
 
-def test_the_nearest_deadline_goes_first_then_the_longest_waiting(customer, one_drone, choreography):
-    first = scheduled(customer, choreography)
+def test_the_nearest_deadline_goes_first_then_the_longest_waiting(customer, one_drone, db):
+    first = scheduled(customer)
     soon = (timezone.now() + timedelta(minutes=5)).isoformat()
     earlier, later_deadline, tight = (
-        waiting(customer, choreography),
-        waiting(customer, choreography),
-        waiting(customer, choreography, deadline=soon),
+        waiting(customer),
+        waiting(customer),
+        waiting(customer, deadline=soon),
     )
     order = []
     settled = first
     for _ in range(3):
-        choreography.settle(settled)
+        run_choreography(correlation_id=settled)
         settled = Assignment.objects.get(status__in=["reserved", "flying"]).delivery_id
         order.append(settled)
 
@@ -133,12 +129,12 @@ def test_age_counts_a_long_wait_is_never_overtaken_forever(settings):
     assert normal < late_expedited and normal < urgent_but_late  # ...but not over one waiting 45 min already
 
 
-def test_a_pickup_twenty_minutes_ahead_is_planned_and_no_drone_is_held_for_it(customer, fleet, choreography, settings):
+def test_a_pickup_twenty_minutes_ahead_is_planned_and_no_drone_is_held_for_it(customer, fleet, db, settings):
     settings.DRONE_PICKUP_MARGIN_SECONDS = 60
     pickup = timezone.now() + timedelta(minutes=20)
     delivery_id = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     delivery = customer.get(f"/deliveries/{delivery_id}/status").json()
     assert (delivery["status"], delivery["statusReason"]) == ("waiting_for_drone", "pickup_planned")
@@ -151,47 +147,47 @@ def test_a_pickup_twenty_minutes_ahead_is_planned_and_no_drone_is_held_for_it(cu
     assert timer.available_at == planned.reserve_at
     before = (pickup - planned.reserve_at).total_seconds()
     assert 60 <= before < 61  # at test speed the drone's approach takes microseconds
-    assert "delivery.dispatched" not in choreography.published_types(delivery_id)
+    assert "delivery.dispatched" not in [e.type for e in published(correlation_id=delivery_id)]
 
 
-def test_a_future_pickup_waits_for_its_time_then_flies_no_earlier(customer, fleet, choreography, settings):
+def test_a_future_pickup_waits_for_its_time_then_flies_no_earlier(customer, fleet, db, settings):
     from tests.waiting import wait_until
 
     settings.DRONE_PICKUP_MARGIN_SECONDS = 0.5
     pickup = timezone.now() + timedelta(seconds=2)
     delivery_id = requested(customer, pickupTime=pickup.isoformat())
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert assignment(delivery_id).status == "planned"
 
     wait_until(lambda: timezone.now() >= assignment(delivery_id).reserve_at, timeout=10, what="the planning time")
-    choreography.settle(delivery_id, hold=("drone.position_reported", "drone.arrived"))
+    run_choreography(correlation_id=delivery_id, hold=("drone.position_reported", "drone.arrived"))
 
     reserved = assignment(delivery_id)
     assert reserved.status == "flying" and reserved.takeoff_at >= pickup - timedelta(seconds=0.01)
-    first_report = choreography.pending(delivery_id, "drone.position_reported")[0]
-    assert first_report.available_at > reserved.takeoff_at
+    first_report = pending("drone.position_reported", correlation_id=delivery_id)[0]
+    assert OutboxMessage.objects.get(message_id=first_report.message_id).available_at > reserved.takeoff_at
     wait_until(lambda: timezone.now() >= reserved.eta, timeout=10, what="the arrival")
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
 
 
-def test_cancelling_while_waiting_takes_the_delivery_out_of_the_line(customer, one_drone, choreography):
-    first = scheduled(customer, choreography)
-    second = waiting(customer, choreography)
+def test_cancelling_while_waiting_takes_the_delivery_out_of_the_line(customer, one_drone, db):
+    first = scheduled(customer)
+    second = waiting(customer)
 
     response = customer.cancel(second)
     assert response.status_code == 202 and response.json()["status"] == "cancelled"
-    choreography.settle(second)
-    choreography.settle(first)
+    run_choreography(correlation_id=second)
+    run_choreography(correlation_id=first)
 
     assert assignment(second).status == "released"
     assert Drone.objects.get().delivery_id is None
     assert Package.objects.get(delivery_id=second).status == "cancelled"
 
 
-def test_rescheduling_a_waiting_delivery_to_a_later_pickup_plans_it_anew(customer, one_drone, choreography):
-    first = scheduled(customer, choreography)
-    second = waiting(customer, choreography)
+def test_rescheduling_a_waiting_delivery_to_a_later_pickup_plans_it_anew(customer, one_drone, db):
+    first = scheduled(customer)
+    second = waiting(customer)
     later = timezone.now() + timedelta(hours=1)
 
     response = customer.client.patch(
@@ -199,66 +195,64 @@ def test_rescheduling_a_waiting_delivery_to_a_later_pickup_plans_it_anew(custome
     )
 
     assert response.status_code == 202
-    choreography.settle(second)
+    run_choreography(correlation_id=second)
     planned = assignment(second)
     assert (planned.status, planned.round, planned.pickup_time) == ("planned", 2, later)
     assert Delivery.objects.get(id=second).status_reason == "pickup_planned"
-    choreography.settle(first)
+    run_choreography(correlation_id=first)
     assert Drone.objects.get().delivery_id is None  # the free drone does not take a pickup an hour ahead
 
 
-def test_grounding_a_reserved_drone_puts_its_delivery_back_at_the_head_of_the_line(customer, one_drone, choreography):
-    first = reserved_only(customer, choreography)
-    second = waiting(customer, choreography, expedited=True)
+def test_grounding_a_reserved_drone_puts_its_delivery_back_at_the_head_of_the_line(customer, one_drone, db):
+    first = reserved_only(customer)
+    second = waiting(customer, expedited=True)
     drone = Drone.objects.get()
 
     services.ground_drone(drone_id=drone.pk)
 
     requeued = assignment(first)
     assert (requeued.status, requeued.rank_at, requeued.drone_id) == ("waiting", HEAD_OF_LINE, None)
-    choreography.settle(first, hold=("delivery.dispatched",))
+    run_choreography(correlation_id=first, hold=("delivery.dispatched",))
     assert Delivery.objects.get(id=first).status == "waiting_for_drone"
 
     services.return_drone_to_service(drone_id=drone.pk)
 
     assert (assignment(first).status, assignment(second).status) == ("reserved", "waiting")
-    choreography.settle(first)
+    run_choreography(correlation_id=first)
     assert Delivery.objects.get(id=first).status == "delivered"
 
 
-def test_a_drone_grounded_after_the_dispatch_was_decided_flies_it_as_soon_as_one_is_free(
-    customer, one_drone, choreography
-):
-    delivery_id = scheduled(customer, choreography)  # in transit for deliveries, not yet heard by the drones
+def test_a_drone_grounded_after_the_dispatch_was_decided_flies_it_as_soon_as_one_is_free(customer, one_drone, db):
+    delivery_id = scheduled(customer)  # in transit for deliveries, not yet heard by the drones
     drone = Drone.objects.get()
 
     services.ground_drone(drone_id=drone.pk)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert (assignment(delivery_id).status, assignment(delivery_id).dispatched) == ("waiting", True)
     assert Delivery.objects.get(id=delivery_id).status == "in_transit"
 
     services.return_drone_to_service(drone_id=drone.pk)
     assert assignment(delivery_id).status == "flying"
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
 
 
-def test_a_new_drone_joining_the_fleet_takes_the_waiting_delivery(customer, one_drone, choreography):
-    scheduled(customer, choreography)
-    second = waiting(customer, choreography)
+def test_a_new_drone_joining_the_fleet_takes_the_waiting_delivery(customer, one_drone, db):
+    scheduled(customer)
+    second = waiting(customer)
 
     services.seed_fleet(count=2, latitude=BASE[0], longitude=BASE[1])
 
     assert assignment(second).drone.name == "drone-002"
 
 
-def test_a_waiting_delivery_whose_deadline_passes_fails_and_is_compensated(customer, one_drone, choreography):
-    scheduled(customer, choreography)
+def test_a_waiting_delivery_whose_deadline_passes_fails_and_is_compensated(customer, one_drone, db):
+    scheduled(customer)
     deadline = timezone.now() + timedelta(minutes=30)
-    second = waiting(customer, choreography, deadline=deadline.isoformat())
+    second = waiting(customer, deadline=deadline.isoformat())
 
-    choreography.deliver("delivery.deadline_passed", second)
-    choreography.settle(second)
+    hand_over("delivery.deadline_passed", correlation_id=second)
+    run_choreography(correlation_id=second)
 
     delivery = Delivery.objects.get(id=second)
     assert (delivery.status, delivery.status_reason) == ("failed", "deadline_missed")
@@ -266,88 +260,88 @@ def test_a_waiting_delivery_whose_deadline_passes_fails_and_is_compensated(custo
     assert assignment(second).status == "released"
 
 
-def test_a_delivery_without_deadline_waits_at_most_the_maximum_then_fails(customer, one_drone, choreography, settings):
+def test_a_delivery_without_deadline_waits_at_most_the_maximum_then_fails(customer, one_drone, db, settings):
     settings.DELIVERY_MAX_WAIT_SECONDS = 3600
-    scheduled(customer, choreography)
-    second = waiting(customer, choreography, deadline=None)
+    scheduled(customer)
+    second = waiting(customer, deadline=None)
     timer = OutboxMessage.objects.get(type="delivery.wait_timed_out", correlation_id=second)
     pickup = Delivery.objects.get(id=second).pickup_time
     assert abs((timer.available_at - pickup).total_seconds() - 3600) < 5
 
-    choreography.deliver("delivery.wait_timed_out", second)
-    choreography.settle(second)
+    hand_over("delivery.wait_timed_out", correlation_id=second)
+    run_choreography(correlation_id=second)
 
     delivery = Delivery.objects.get(id=second)
     assert (delivery.status, delivery.status_reason) == ("failed", "no_drone_available")
     assert assignment(second).status == "released"
 
 
-def test_the_join_timeout_spares_a_delivery_that_is_waiting_with_its_package_ready(customer, one_drone, choreography):
-    scheduled(customer, choreography)
-    second = waiting(customer, choreography)
+def test_the_join_timeout_spares_a_delivery_that_is_waiting_with_its_package_ready(customer, one_drone, db):
+    scheduled(customer)
+    second = waiting(customer)
     assert Delivery.objects.get(id=second).package_ready
 
-    choreography.deliver("delivery.join_timed_out", second)
+    hand_over("delivery.join_timed_out", correlation_id=second)
 
     assert Delivery.objects.get(id=second).status == "waiting_for_drone"
 
 
-def test_the_join_timeout_fails_a_waiting_delivery_whose_package_never_answered(customer, one_drone, choreography):
-    scheduled(customer, choreography)
+def test_the_join_timeout_fails_a_waiting_delivery_whose_package_never_answered(customer, one_drone, db):
+    scheduled(customer)
     second = requested(customer)
-    choreography.deliver("delivery.requested", second, only="drones")
-    choreography.deliver("drone.wait_listed", second)
+    hand_over("delivery.requested", correlation_id=second, to="drones")
+    hand_over("drone.wait_listed", correlation_id=second)
 
-    choreography.deliver("delivery.join_timed_out", second)
+    hand_over("delivery.join_timed_out", correlation_id=second)
 
     assert Delivery.objects.get(id=second).status_reason == "join_timeout"
 
 
-def test_after_a_drop_off_the_drone_is_where_it_landed_until_it_flies_home(customer, one_drone, choreography):
+def test_after_a_drop_off_the_drone_is_where_it_landed_until_it_flies_home(customer, one_drone, db):
     delivery_id = requested(customer)
-    choreography.settle(delivery_id, hold=("drone.returned_to_base",))
+    run_choreography(correlation_id=delivery_id, hold=("drone.returned_to_base",))
 
     drone = Drone.objects.get()
     dropoff = Delivery.objects.get(id=delivery_id).dropoff_location
     assert (drone.latitude, drone.longitude) == (dropoff["latitude"], dropoff["longitude"])
     assert (drone.latitude, drone.longitude) != (drone.home_latitude, drone.home_longitude)
 
-    choreography.settle(drone.pk)  # the drone's own story: its flight home
+    run_choreography(correlation_id=drone.pk)  # the drone's own story: its flight home
     drone.refresh_from_db()
     assert (drone.latitude, drone.longitude) == (drone.home_latitude, drone.home_longitude)
 
 
-def test_a_stale_flight_home_after_a_newer_mission_leaves_the_drone_where_it_landed(customer, one_drone, choreography):
+def test_a_stale_flight_home_after_a_newer_mission_leaves_the_drone_where_it_landed(customer, one_drone, db):
     """Each flight home names the drone's mission count when it left; the drone's missions must be
     saved at each reservation, or the first flight home, landing after a second delivery,
     would move the drone home while it still stands at the second drop-off."""
     first = requested(customer)
-    choreography.settle(first)
+    run_choreography(correlation_id=first)
     second_dropoff = {"latitude": BASE[0] + 0.02, "longitude": BASE[1] - 0.02}
     second = requested(customer, dropOffLocation=second_dropoff)
-    choreography.settle(second)
+    run_choreography(correlation_id=second)
 
     drone = Drone.objects.get()
-    stale, latest = choreography.pending(drone.pk, "drone.returned_to_base")  # both flights home, not yet landed
+    stale, latest = pending("drone.returned_to_base", correlation_id=drone.pk)  # both flights home, not yet landed
 
-    choreography.hand_over(stale)
+    hand_over(stale)
     drone.refresh_from_db()
     assert (drone.latitude, drone.longitude) == (second_dropoff["latitude"], second_dropoff["longitude"])
 
-    choreography.hand_over(latest)
+    hand_over(latest)
     drone.refresh_from_db()
     assert (drone.latitude, drone.longitude) == (drone.home_latitude, drone.home_longitude)
     assert (stale.payload["mission"], latest.payload["mission"], drone.missions) == (1, 2, 2)
 
 
-def test_the_next_assignment_measures_from_where_the_drone_landed(customer, fleet, choreography):
+def test_the_next_assignment_measures_from_where_the_drone_landed(customer, fleet, db):
     far_dropoff = {"latitude": BASE[0] + 0.1, "longitude": BASE[1] + 0.1}
     first = requested(customer, dropOffLocation=far_dropoff)
-    choreography.settle(first, hold=("drone.returned_to_base",))
+    run_choreography(correlation_id=first, hold=("drone.returned_to_base",))
     landed = Drone.objects.get(latitude=far_dropoff["latitude"])
 
     second = requested(customer, pickupLocation=far_dropoff)
-    choreography.settle(second, hold=("delivery.dispatched",))
+    run_choreography(correlation_id=second, hold=("delivery.dispatched",))
 
     assert assignment(second).drone_id == landed.pk  # the one already there, though not the nearest home
 
@@ -407,45 +401,43 @@ def test_a_parcel_exactly_at_a_drones_payload_limit_is_flown_by_it(db):
     ],
 )
 def test_what_no_drone_could_ever_fly_fails_at_once_even_with_the_fleet_busy(
-    customer, one_drone, choreography, overrides, reason
+    customer, one_drone, db, overrides, reason
 ):
-    scheduled(customer, choreography)
+    scheduled(customer)
     delivery_id = requested(customer, **overrides)
-    choreography.deliver("delivery.requested", delivery_id, only="drones")
-    choreography.deliver("drone.unavailable", delivery_id)
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
+    hand_over("drone.unavailable", correlation_id=delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", reason)
 
 
-def test_a_delivery_dispatched_before_its_drone_was_grounded_is_flown_even_past_its_deadline(
-    customer, one_drone, choreography
-):
+def test_a_delivery_dispatched_before_its_drone_was_grounded_is_flown_even_past_its_deadline(customer, one_drone, db):
     from tests.waiting import wait_until
 
     deadline = timezone.now() + timedelta(seconds=1)
-    delivery_id = scheduled(customer, choreography, deadline=deadline.isoformat())  # in transit for deliveries
+    delivery_id = scheduled(customer, deadline=deadline.isoformat())  # in transit for deliveries
     drone = Drone.objects.get()
     services.ground_drone(drone_id=drone.pk)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     wait_until(lambda: timezone.now() > deadline, timeout=10, what="the deadline to pass")
-    choreography.settle(delivery_id)  # the deadline timer: it has left, so it does not fail
+    run_choreography(correlation_id=delivery_id)  # the deadline timer: it has left, so it does not fail
 
     services.return_drone_to_service(drone_id=drone.pk)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
 
 
-def test_a_dispatched_delivery_left_without_a_drone_fails_after_the_longest_wait(customer, one_drone, choreography):
-    delivery_id = scheduled(customer, choreography)
+def test_a_dispatched_delivery_left_without_a_drone_fails_after_the_longest_wait(customer, one_drone, db):
+    delivery_id = scheduled(customer)
     services.ground_drone(drone_id=Drone.objects.get().pk)  # and never back
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     delivery = customer.get(f"/deliveries/{delivery_id}").json()
     assert (delivery["status"], delivery["droneId"]) == ("in_transit", None)
 
-    choreography.deliver("delivery.wait_timed_out", delivery_id)
-    choreography.settle(delivery_id)
+    hand_over("delivery.wait_timed_out", correlation_id=delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", "no_drone_available")
@@ -453,27 +445,27 @@ def test_a_dispatched_delivery_left_without_a_drone_fails_after_the_longest_wait
     assert Package.objects.get(delivery_id=delivery_id).status == "cancelled"
 
 
-def test_of_two_deadline_changes_arriving_out_of_order_the_newer_wins(customer, one_drone, choreography):
-    scheduled(customer, choreography)
-    delivery_id = waiting(customer, choreography)
+def test_of_two_deadline_changes_arriving_out_of_order_the_newer_wins(customer, one_drone, db):
+    scheduled(customer)
+    delivery_id = waiting(customer)
     for hours in (5, 8):
         later = (timezone.now() + timedelta(hours=hours)).isoformat()
         response = customer.client.patch(
             f"/api/deliveryrequests/{delivery_id}", {"deadline": later}, content_type="application/json"
         )
         assert response.status_code == 202
-    older, newer = OutboxMessage.objects.filter(correlation_id=delivery_id, type="delivery.rescheduled").order_by("id")
+    older, newer = pending("delivery.rescheduled", correlation_id=delivery_id, to="drones")
 
-    choreography.hand_over(newer, only="drones")
-    choreography.hand_over(older, only="drones")
+    hand_over(newer, to="drones")
+    hand_over(older, to="drones")
 
     assert assignment(delivery_id).deadline == Delivery.objects.get(id=delivery_id).deadline
 
 
-def test_the_customer_timeline_names_no_cause_from_another_delivery(customer, one_drone, choreography):
-    first = scheduled(customer, choreography)
-    second = waiting(customer, choreography)
-    choreography.settle(first)  # first's completion frees the drone, which takes second
+def test_the_customer_timeline_names_no_cause_from_another_delivery(customer, one_drone, db):
+    first = scheduled(customer)
+    second = waiting(customer)
+    run_choreography(correlation_id=first)  # first's completion frees the drone, which takes second
 
     timeline = customer.get(f"/deliveries/{second}/timeline").json()
 
@@ -482,9 +474,9 @@ def test_the_customer_timeline_names_no_cause_from_another_delivery(customer, on
     assert OutboxMessage.objects.get(message_id=scheduled_event["messageId"]).causation_id is not None  # kept inside
 
 
-def test_returning_a_free_drone_to_service_again_offers_it_to_the_line(customer, one_drone, choreography):
-    first = scheduled(customer, choreography)
-    second = waiting(customer, choreography)
+def test_returning_a_free_drone_to_service_again_offers_it_to_the_line(customer, one_drone, db):
+    first = scheduled(customer)
+    second = waiting(customer)
     drone = Drone.objects.get()
     # As a rolled-back transaction leaves it: the drone free again, the delivery still in line.
     Assignment.objects.filter(delivery_id=first).update(status="released", drone=None)
@@ -496,19 +488,19 @@ def test_returning_a_free_drone_to_service_again_offers_it_to_the_line(customer,
 
 
 def test_a_delivery_that_waited_and_lost_its_drone_after_leaving_gets_a_timer_and_is_listed_overdue(
-    customer, one_drone, choreography, settings
+    customer, one_drone, db, settings
 ):
     settings.DELIVERY_OVERDUE_AFTER_SECONDS = 0
     first = requested(customer)
-    choreography.settle(first, hold=("drone.position_reported", "drone.arrived"))
-    second = waiting(customer, choreography, deadline=(timezone.now() + timedelta(hours=1)).isoformat())
+    run_choreography(correlation_id=first, hold=("drone.position_reported", "drone.arrived"))
+    second = waiting(customer, deadline=(timezone.now() + timedelta(hours=1)).isoformat())
     assert not OutboxMessage.objects.filter(correlation_id=second, type="delivery.wait_timed_out").exists()
-    choreography.settle(first)  # delivered: its drone takes the second one
-    choreography.deliver("drone.scheduled", second)  # dispatched, before the drones context hears of it
+    run_choreography(correlation_id=first)  # delivered: its drone takes the second one
+    hand_over("drone.scheduled", correlation_id=second)  # dispatched, before the drones context hears of it
     assert Delivery.objects.get(id=second).status == "in_transit"
 
     services.ground_drone(drone_id=Drone.objects.get().pk)
-    choreography.deliver("drone.wait_listed", second)
+    hand_over("drone.wait_listed", correlation_id=second)
 
     delivery = Delivery.objects.get(id=second)
     assert (delivery.status, delivery.drone_id) == ("in_transit", None)
@@ -519,30 +511,26 @@ def test_a_delivery_that_waited_and_lost_its_drone_after_leaving_gets_a_timer_an
     assert OutboxMessage.objects.filter(correlation_id=second, type="delivery.dispatched").count() == 1
 
 
-def test_a_delivery_whose_drone_is_grounded_after_it_left_and_returned_is_dispatched_once(
-    customer, one_drone, choreography
-):
-    delivery_id = scheduled(customer, choreography)
+def test_a_delivery_whose_drone_is_grounded_after_it_left_and_returned_is_dispatched_once(customer, one_drone, db):
+    delivery_id = scheduled(customer)
     drone = Drone.objects.get()
     services.ground_drone(drone_id=drone.pk)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     services.return_drone_to_service(drone_id=drone.pk)  # reserved again, then scheduled news to deliveries
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     assert Delivery.objects.get(id=delivery_id).status == "delivered"
     assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="delivery.dispatched").count() == 1
     assert OutboxMessage.objects.filter(correlation_id=delivery_id, type="drone.arrived").count() == 1
 
 
-def test_a_booked_pickup_that_finds_no_free_drone_is_ranked_by_its_pickup_time(
-    customer, one_drone, choreography, settings
-):
+def test_a_booked_pickup_that_finds_no_free_drone_is_ranked_by_its_pickup_time(customer, one_drone, db, settings):
     pickup = timezone.now() + timedelta(minutes=3)  # its timer fires a minute (the margin) before
     booked = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
-    choreography.settle(booked)
+    run_choreography(correlation_id=booked)
     assert assignment(booked).status == "planned"
-    first = scheduled(customer, choreography)  # the only drone is busy when the booked one's timer fires
-    walk_ins = [waiting(customer, choreography, deadline=None) for _ in range(3)]
+    first = scheduled(customer)  # the only drone is busy when the booked one's timer fires
+    walk_ins = [waiting(customer, deadline=None) for _ in range(3)]
 
     services.reserve_planned(delivery_id=booked, round=1)
     services.reserve_planned(delivery_id=booked, round=1)
@@ -564,17 +552,15 @@ def test_a_booked_pickup_that_finds_no_free_drone_is_ranked_by_its_pickup_time(
         change=later.change + 1,
     )
     assert abs(assignment(booked).rank_at - pickup) < timedelta(milliseconds=1)
-    choreography.settle(first)
+    run_choreography(correlation_id=first)
     assert assignment(booked).status == "reserved"
 
 
-def test_a_later_pickup_while_every_capable_drone_is_grounded_is_planned_not_put_in_line(
-    customer, one_drone, choreography
-):
+def test_a_later_pickup_while_every_capable_drone_is_grounded_is_planned_not_put_in_line(customer, one_drone, db):
     drone = Drone.objects.get()
     services.ground_drone(drone_id=drone.pk)
     later = requested(customer, pickupTime=(timezone.now() + timedelta(days=30)).isoformat(), deadline=None)
-    choreography.settle(later)
+    run_choreography(correlation_id=later)
 
     assert assignment(later).status == "planned"
     services.return_drone_to_service(drone_id=drone.pk)
@@ -585,7 +571,7 @@ def test_a_planned_pickups_drone_takes_off_so_as_to_reach_the_pickup_at_its_time
     settings.DRONE_SIMULATION_SPEEDUP = 1  # real flight times: the approach takes minutes, not microseconds
     pickup = timezone.now() + timedelta(hours=2)
     delivery_id = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
-    Choreography().deliver("delivery.requested", delivery_id, only="drones")
+    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
     Assignment.objects.filter(delivery_id=delivery_id).update(replans=settings.DRONE_MAX_REPLANS)
 
     services.reserve_planned(delivery_id=delivery_id, round=1)

@@ -17,6 +17,7 @@ from deliveries.models import Delivery
 from drones.models import Drone
 from drones.services import seed_fleet
 from outbox.models import DeadLetter
+from outbox.testing import hand_over, run_choreography
 from tests.factories import BASE, a_dead_letter, dead_letter_then_replay, requested
 from tests.probe.models import Effect, Outage
 from tests.probe.services import ping
@@ -107,10 +108,10 @@ def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
 
 
 @pytest.fixture
-def delivered(customer, fleet, choreography) -> Delivery:
+def delivered(customer, fleet, db) -> Delivery:
     """A delivery flown to the end: its drone back home, its assignment released; and an operator."""
     delivery_id = requested(customer)
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     return Delivery.objects.get(pk=delivery_id)
 
@@ -142,15 +143,15 @@ def test_an_operator_finds_the_overview_on_the_index_and_follows_a_delivery_to_i
 
 
 def test_the_console_draws_a_delivery_as_a_sequence_diagram_and_the_choreography_as_a_map(
-    live_server, customer, fleet, choreography, browser, screenshots
+    live_server, customer, fleet, db, browser, screenshots
 ):
     """One delivery dead-lettered on its way and replayed, one delivered plainly: the pictures
     an operator reads instead of tables."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     plain = requested(customer)
-    choreography.settle(plain)
+    run_choreography(correlation_id=plain)
     troubled = requested(customer)
-    letter = dead_letter_then_replay(choreography, troubled)
+    letter = dead_letter_then_replay(troubled)
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     log_in(page, live_server, f"/admin/deliveries/delivery/{troubled}/change/")
@@ -176,18 +177,18 @@ def test_the_console_draws_a_delivery_as_a_sequence_diagram_and_the_choreography
 
 
 def test_the_fleet_map_draws_every_drone_in_its_state_with_no_network(
-    live_server, customer, fleet, choreography, browser, screenshots, settings
+    live_server, customer, fleet, db, browser, screenshots, settings
 ):
     """No tile server (a closed network, as in CI): the drones on a plain grid, coloured by state;
     one delivered (its drone home again), one reserved, one waiting for a drone."""
     settings.FLEET_MAP_TILE_URL = ""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
-    choreography.settle(requested(customer))
+    run_choreography(correlation_id=requested(customer))
     reserved = requested(customer)
-    choreography.deliver("delivery.requested", reserved, only="drones")
+    hand_over("delivery.requested", correlation_id=reserved, to="drones")
     Drone.objects.exclude(status=Drone.Status.RESERVED).update(status=Drone.Status.MAINTENANCE)
     waiting = requested(customer)
-    choreography.deliver("delivery.requested", waiting, only="drones")  # no free drone: it waits
+    hand_over("delivery.requested", correlation_id=waiting, to="drones")  # no free drone: it waits
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     log_in(page, live_server, "/admin/")
@@ -250,14 +251,14 @@ def within(inner: dict, outer: dict) -> bool:
 
 
 def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matters(
-    live_server, customer, fleet, choreography, browser, screenshots
+    live_server, customer, fleet, db, browser, screenshots
 ):
     """A delivery's diagram sat below twenty fields with its notifications lane cut off,
     the dead-letter list ran past the page, its page led with a whole traceback, and the overview's
     gaps and stale counts gave no hint what they mean."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     troubled = requested(customer)
-    letter = dead_letter_then_replay(choreography, troubled)
+    letter = dead_letter_then_replay(troubled)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, live_server, "/admin/")
     page.wait_for_selector("#messaging-overview")
@@ -339,14 +340,14 @@ def test_an_operator_replays_a_group_of_one_cause_at_1280_px(live_server, db, br
 
 
 def test_the_fleet_map_under_load_fits_every_drone_and_waiting_delivery_at_1280_px(
-    live_server, customer, choreography, browser, screenshots, settings
+    live_server, customer, db, browser, screenshots, settings
 ):
     """Under load the view was not fitted, and waiting rings ran off its edges."""
     settings.FLEET_MAP_TILE_URL = ""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     seed_fleet(count=12, latitude=BASE[0], longitude=BASE[1], spread_km=8)
     for _ in range(20):  # twelve get a drone, eight wait for one
-        choreography.deliver("delivery.requested", requested(customer), only="drones")
+        hand_over("delivery.requested", correlation_id=requested(customer), to="drones")
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, live_server, "/admin/drones/drone/map/")

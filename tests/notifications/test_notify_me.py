@@ -11,6 +11,7 @@ from notifications.models import Notification, NotifyMeRequest, SentMessage
 from outbox.console.dead_letter_actions import replay_dead_letter
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
+from outbox.testing import hand_over, run_choreography
 from tests.factories import delivery_request
 
 EMAIL, PHONE = "alice@example.com", "+14255550123"
@@ -65,13 +66,13 @@ def test_only_the_owner_may_ask(customer, other_customer):
     assert not NotifyMeRequest.objects.exists()
 
 
-def test_each_status_change_is_sent_once_per_kind_even_when_an_event_comes_twice(customer, fleet, choreography, sms):
+def test_each_status_change_is_sent_once_per_kind_even_when_an_event_comes_twice(customer, fleet, db, sms):
     delivery_id = requested(customer)
     response = ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
     assert response.status_code == 201, response.content
     assert response.json()["emailAddress"] == EMAIL and response.json()["deliveryId"] == str(delivery_id)
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
     completed = OutboxMessage.objects.get(type="delivery.completed", correlation_id=delivery_id)
     dispatch(subscriber="notifications", body=completed.envelope())  # delivered twice
 
@@ -84,11 +85,11 @@ def test_each_status_change_is_sent_once_per_kind_even_when_an_event_comes_twice
     assert SentMessage.objects.count() == 4
 
 
-def test_no_address_or_number_ever_travels_in_an_event(customer, fleet, choreography):
+def test_no_address_or_number_ever_travels_in_an_event(customer, fleet, db):
     delivery_id = requested(customer)
     ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
 
-    choreography.settle(delivery_id)
+    run_choreography(correlation_id=delivery_id)
 
     envelopes = [json.dumps(row.envelope()) for row in OutboxMessage.objects.all()]
     assert len(envelopes) > 5
@@ -103,16 +104,15 @@ class FailingBackend:
         raise ConnectionRefusedError("the SMTP server is down")
 
 
-def test_a_failed_send_fails_that_message_alone_and_a_replay_sends_it(customer, fleet, choreography, settings):
+def test_a_failed_send_fails_that_message_alone_and_a_replay_sends_it(customer, fleet, db, settings):
     delivery_id = requested(customer)
     ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
     settings.EMAIL_BACKEND = "tests.notifications.test_notify_me.FailingBackend"
     for type_ in ("delivery.requested", "drone.scheduled", "package.ready"):
-        choreography.deliver(type_, delivery_id)
-    choreography.deliver("delivery.dispatched", delivery_id, only="notifications")
+        hand_over(type_, correlation_id=delivery_id)
+    hand_over("delivery.dispatched", correlation_id=delivery_id, to="notifications")
 
-    for due in OutboxMessage.objects.filter(type="notification.due", correlation_id=delivery_id).order_by("id"):
-        choreography.hand_over(due, dead_letter_expected=True)
+    hand_over("notification.due", correlation_id=delivery_id, dead_letters="keep")
 
     letter = DeadLetter.objects.get(subscriber="notifications")
     assert letter.reason == "handler_error" and "SMTP server is down" in letter.error
@@ -122,8 +122,9 @@ def test_a_failed_send_fails_that_message_alone_and_a_replay_sends_it(customer, 
     assert len(SENT_SMS) == 1  # the SMS went out once, the failed e-mail did not take it down with it
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    row = replay_dead_letter(letter_id=letter.pk, by="operator")
-    dispatch(subscriber="notifications", body=row.envelope())
+    replay_dead_letter(letter_id=letter.pk, by="operator")
+    [replayed] = hand_over("notification.due", correlation_id=delivery_id)
+    assert replayed.outcome == "processed"
 
     email.refresh_from_db()
     assert email.sent_at is not None and [m.to for m in mail.outbox] == [[EMAIL]]

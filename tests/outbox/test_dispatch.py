@@ -7,7 +7,7 @@ from dramatiq.middleware import CurrentMessage
 
 from outbox.core.subscriptions import actor_name, message_to
 from outbox.handling.dispatch import dispatch
-from outbox.models import DeadLetter, InboxMessage, OutboxMessage
+from outbox.models import DeadLetter, InboxMessage
 from tests.factories import envelope
 from tests.probe.models import Effect, Ping
 from tests.waiting import wait_until
@@ -122,18 +122,6 @@ def test_a_handler_that_rejects_a_message_dead_letters_it_with_its_own_reason(wo
 
     letter = wait_until(lambda: DeadLetter.objects.first(), what="a dead letter")
     assert (letter.reason, letter.attempts) == ("probe_refused", 1)
-
-
-def test_a_choreography_hand_over_fails_on_a_dead_letter_it_was_not_told_to_expect(db):
-    from harness.choreography import Choreography
-    from tests.probe.services import ping
-
-    row = OutboxMessage.objects.get(stream=f"ping:{ping(n=1, fail={'probe_b': 'always'}).pk}")
-
-    with pytest.raises(AssertionError, match="probe_b dead-lettered probe.pinged"):
-        Choreography().hand_over(row)
-    Choreography().hand_over(row, only="probe_a")
-    Choreography().hand_over(row, dead_letter_expected=True)
 
 
 def test_a_late_retry_waits_no_longer_than_the_max_backoff(transactional_db, broker, settings):

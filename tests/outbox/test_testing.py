@@ -14,7 +14,10 @@ from outbox.testing import (
     DeadLettered,
     deliver,
     failing,
+    hand_over,
     handled_by,
+    owed,
+    pending,
     published,
     recipients,
     run_choreography,
@@ -58,6 +61,35 @@ def test_a_timer_fires_only_when_asked_to(customer, fleet):
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert (delivery.status, delivery.status_reason) == ("failed", "join_timeout")
+
+
+def test_a_type_handed_to_one_subscriber_leaves_it_pending_for_the_others(customer, fleet):
+    delivery_id = requested(customer)
+
+    [handed] = hand_over("delivery.requested", correlation_id=delivery_id, to="packages")
+
+    assert (handed.outcome, handed.envelope.type) == ("processed", "delivery.requested")
+    assert [e.type for e in handed.published] == ["package.ready"]
+    assert [s for s, e in owed("delivery.requested", correlation_id=delivery_id)] == ["drones"]
+    [requested_event] = pending("delivery.requested", correlation_id=delivery_id)
+    assert pending("delivery.requested", correlation_id=delivery_id, to="packages") == []
+    assert [h.outcome for h in hand_over(requested_event)] == ["processed"]  # to the drones, the one still owed
+    assert hand_over(requested_event) == []  # nothing owed any more
+    with pytest.raises(TypeError, match="an event type or an Envelope, not OutboxMessage"):
+        hand_over(OutboxMessage.objects.filter(correlation_id=delivery_id).first())  # a row is not what it takes
+
+
+def test_hand_over_fails_on_a_letter_unless_told_to_keep_it(customer, fleet):
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("delivery.dispatched",))
+
+    with failing("notifications", "delivery.dispatched"), pytest.raises(DeadLettered, match="failed on purpose"):
+        hand_over("delivery.dispatched", correlation_id=delivery_id, to="notifications")
+    assert pending("delivery.dispatched", correlation_id=delivery_id, to="notifications") == []  # set aside
+
+    with failing("drones", "delivery.dispatched"):
+        [kept] = hand_over("delivery.dispatched", correlation_id=delivery_id, to="drones", dead_letters="keep")
+    assert (kept.outcome, kept.dead_letter.subscriber) == ("dead_lettered", "drones")
 
 
 def test_a_handler_made_to_fail_fails_the_run_or_leaves_its_dead_letter(customer, fleet):

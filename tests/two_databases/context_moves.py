@@ -20,6 +20,7 @@ from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
 from outbox.placement import database_of_subscriber as of_subscriber
 from outbox.placement.moves import CannotMove, move_context
+from outbox.testing import hand_over, run_choreography
 from tests.factories import BASE, delivery_request, requested
 
 pytestmark = pytest.mark.django_db(databases="__all__")
@@ -71,18 +72,18 @@ def an_unreadable_message_to(subscriber: str) -> None:
 
 
 @pytest.fixture
-def drones_at_work(customer, choreography):
+def drones_at_work(customer, db):
     """On the drones' database: one drone reserved for a delivery, a delivery waiting for it, one
     cancelled while waiting and one refused (too heavy): the last three with no drone. And a
     message the drones could not read, dead-lettered with no message id."""
     seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
     reserved, waiting, cancelled = requested(customer), requested(customer), requested(customer)
     for delivery_id in (reserved, waiting, cancelled):
-        choreography.deliver("delivery.requested", delivery_id, only="drones")
+        hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
     assert customer.cancel(cancelled).status_code == 202
-    choreography.deliver("delivery.cancelled", cancelled, only="drones")
+    hand_over("delivery.cancelled", correlation_id=cancelled, to="drones")
     piano = customer.request(delivery_request(packageInfo={"size": "Large", "weight": 500, "tag": "piano"}))
-    choreography.deliver("delivery.requested", piano.json()["deliveryId"], only="drones")
+    hand_over("delivery.requested", correlation_id=piano.json()["deliveryId"], to="drones")
     an_unreadable_message_to("drones")
     with_no_drone = Assignment.objects.using("drones").filter(drone__isnull=True).order_by("status")
     assert list(with_no_drone.values_list("status", flat=True)) == ["refused", "released", "waiting"]
@@ -100,13 +101,13 @@ def test_drones_with_deliveries_waiting_cancelled_and_refused_move_whole(drones_
     assert rows_of("drones", "drones") == none_of(drones_at_work)
 
 
-def test_deliveries_with_their_json_fields_move_whole(customer, choreography):
+def test_deliveries_with_their_json_fields_move_whole(customer, db):
     """Their locations, a confirmation, an answer kept for a repeated request: JSON, which a set
     of rows cannot hold. And their cursors on the drones' streams, their inbox and their letters."""
     seed_fleet(count=1, latitude=BASE[0], longitude=BASE[1])
     delivered, waiting = requested(customer), requested(customer)
-    choreography.settle(delivered)
-    choreography.deliver("delivery.requested", waiting)
+    run_choreography(correlation_id=delivered)
+    hand_over("delivery.requested", correlation_id=waiting)
     an_unreadable_message_to("deliveries")
     before = rows_of("deliveries", "default")
     assert before["deliveries_delivery"][0]["pickup_location"] and before["outbox_streamcursor"], before
