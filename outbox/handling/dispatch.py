@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -171,13 +172,17 @@ class PackTurn:
         self.reports.append(report)
 
 
+def entered(subscriber: str) -> AbstractContextManager[None]:
+    """Work in `subscriber`'s database under its context's role: a message's or a pack's. A
+    worker's thread keeps the role for its next message; anywhere else (a test) it is given back."""
+    return placement.handling_for(subscriber, keep_role=CurrentMessage.get_current_message() is not None)
+
+
 def _dispatched(subscriber: str, body: Any, path: "_Alone | PackTurn") -> Outcome:
     started, outcome = time.perf_counter(), Outcome.RETRIED
     event_type = _field(body, "type")
     try:
-        # In a worker its thread keeps the context's role for its next message; anywhere else (a
-        # test, outbox.testing.deliver) it is given back.
-        with placement.handling_for(subscriber, keep_role=CurrentMessage.get_current_message() is not None):
+        with entered(subscriber):
             outcome = _dispatch(subscriber, body, path)
         return outcome
     finally:

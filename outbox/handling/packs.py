@@ -26,7 +26,6 @@ from dramatiq import Retry
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from outbox import placement
 from outbox.core.envelope import Envelope
 from outbox.core.subscriptions import (
     HANDED_ON,
@@ -43,6 +42,7 @@ from outbox.handling.dispatch import (
     PackTurn,
     WorkRolledBack,
     dispatch_in_pack,
+    entered,
     one_line,
     retry_delay_ms,
     rolled_back,
@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 def dispatch_pack(*, subscriber: str, bodies: list[Any], broker: dramatiq.Broker) -> None:
     """Dispatch each envelope of a pack as if it had come alone, those that may in one transaction;
     one to be retried is enqueued alone once what the pack did is committed."""
-    with placement.handling_for(subscriber, keep_role=CurrentMessage.get_current_message() is not None):
+    with entered(subscriber):
         _dispatch_pack(subscriber, bodies, broker)
 
 
