@@ -7,16 +7,17 @@ from django.utils import timezone
 
 from deliveries.events import DeliveryRequestedV1, Location, PackageInfo
 from drones.models import Assignment
+from outbox.core.envelope import Envelope
 from outbox.core.publishing import publish
-from outbox.handling.dispatch import Outcome, dispatch
-from outbox.models import DeadLetter, OutboxMessage
+from outbox.testing import deliver, published
 from packages.models import Package
 
 
-def a_v1_request(*, expedited: bool) -> OutboxMessage:
+def a_v1_request(*, expedited: bool) -> Envelope:
+    """A delivery.requested v1, as a publisher of before v2 left it in the outbox."""
     delivery_id = uuid4()
     with transaction.atomic():
-        return publish(
+        publish(
             DeliveryRequestedV1(
                 delivery_id=delivery_id,
                 pickup=Location(latitude=47.63, longitude=-122.35),
@@ -28,36 +29,36 @@ def a_v1_request(*, expedited: bool) -> OutboxMessage:
             stream=f"delivery:{delivery_id}",
             correlation_id=delivery_id,
         )
+    [envelope] = published(correlation_id=delivery_id)
+    return envelope
 
 
 def test_a_v1_request_is_upcast_for_the_scheduler_that_reads_only_v2(fleet):
-    row = a_v1_request(expedited=True)
-    assert row.version == 1 and "priority" not in row.payload
+    v1 = a_v1_request(expedited=True)
+    assert v1.version == 1 and "priority" not in v1.payload
 
-    assert dispatch(subscriber="drones", body=row.envelope()) is Outcome.PROCESSED
+    assert deliver("drones", v1).outcome == "processed"
 
-    assignment = Assignment.objects.get(delivery_id=UUID(row.payload["delivery_id"]))
+    assignment = Assignment.objects.get(delivery_id=UUID(v1.payload["delivery_id"]))
     assert (assignment.status, assignment.priority) == ("reserved", "high")
-    assert not DeadLetter.objects.exists()
 
 
 def test_a_consumer_that_reads_both_versions_takes_v1_as_it_is(db):
-    row = a_v1_request(expedited=False)
+    v1 = a_v1_request(expedited=False)
 
-    assert dispatch(subscriber="packages", body=row.envelope()) is Outcome.PROCESSED
+    assert deliver("packages", v1).outcome == "processed"
 
-    assert Package.objects.get(delivery_id=UUID(row.payload["delivery_id"])).status == "ready"
+    assert Package.objects.get(delivery_id=UUID(v1.payload["delivery_id"])).status == "ready"
 
 
 def test_consumers_ignore_fields_they_do_not_know(fleet):
-    body = a_v1_request(expedited=False).envelope()
-    body["version"] = 2
-    body["payload"] = {**body["payload"], "priority": "normal", "carbon_offset": True}
+    v1 = a_v1_request(expedited=False)
+    v2 = {**v1.payload, "priority": "normal", "carbon_offset": True}
 
-    assert dispatch(subscriber="drones", body=body) is Outcome.PROCESSED
-    assert dispatch(subscriber="packages", body=body) is Outcome.PROCESSED
+    assert deliver("drones", "delivery.requested", v2, version=2).outcome == "processed"
+    assert deliver("packages", "delivery.requested", v2, version=2).outcome == "processed"
 
 
 def test_new_requests_are_published_as_v2(customer):
     customer.request()
-    assert OutboxMessage.objects.get(type="delivery.requested").version == 2
+    assert [e.version for e in published("delivery.requested")] == [2]

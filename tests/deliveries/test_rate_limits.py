@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from deliveries.models import ApiRequestCount, Delivery
-from outbox.models import OutboxMessage
+from outbox.testing import published
 from tests.factories import Customer
 from tests.processes import a_free_port
 
@@ -58,7 +58,7 @@ def test_a_refused_request_stores_nothing(store):
     refused = alice.request()
 
     assert refused.status_code == 429 and "3/day" in refused.json()["detail"]
-    assert not Delivery.objects.exists() and not OutboxMessage.objects.exists()
+    assert not Delivery.objects.exists() and published() == []
 
 
 def _database_url() -> str:

@@ -7,7 +7,6 @@ from django.utils import timezone
 
 from deliveries.models import Delivery
 from drones.models import Assignment, Drone
-from outbox.models import OutboxMessage
 from outbox.testing import hand_over, pending, published, run_choreography
 from tests.factories import BASE, delivery_request
 
@@ -70,7 +69,7 @@ def test_a_new_deadline_replaces_the_old_deadline_timer_and_leaves_the_drone(cus
 
     delivery = Delivery.objects.get(id=delivery_id)
     assert delivery.status != "failed" and delivery.deadline == later
-    assert OutboxMessage.objects.filter(type="delivery.deadline_passed").count() == 2
+    assert len(published("delivery.deadline_passed", correlation_id=delivery_id)) == 2
     assert Drone.objects.filter(status="reserved").count() == 1  # times changed, not places: same drone
 
 

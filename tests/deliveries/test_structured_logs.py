@@ -15,8 +15,7 @@ from django.test import Client
 from django.utils.module_loading import import_string
 
 from outbox.handling.dispatch import dispatch
-from outbox.models import OutboxMessage
-from outbox.testing import hand_over
+from outbox.testing import deliver, hand_over, published
 from tests.factories import Customer, requested
 
 pytestmark = pytest.mark.django_db
@@ -45,10 +44,10 @@ def json_lines():
 
 def test_a_line_logged_while_handling_names_the_delivery_message_subscriber_and_type(customer, fleet, db, json_lines):
     delivery_id = requested(customer)
-    row = OutboxMessage.objects.get(type="delivery.requested")
-    hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
+    [handed] = hand_over("delivery.requested", correlation_id=delivery_id, to="drones")
+    row = handed.envelope
 
-    dispatch(subscriber="drones", body=row.envelope())  # a duplicate: the kernel logs that it skips it
+    deliver("drones", row)  # a duplicate: the kernel logs that it skips it
 
     line = next(line for line in json_lines() if line.get("outcome") == "duplicate")
     assert line["correlation_id"] == str(delivery_id)
@@ -72,9 +71,9 @@ def test_the_web_says_which_delivery_it_accepted_so_a_grep_finds_the_request_too
 
 def test_every_handled_message_gets_one_line_with_its_outcome_and_duration(customer, fleet, json_lines):
     delivery_id = requested(customer)
-    row = OutboxMessage.objects.get(type="delivery.requested")
+    [row] = published("delivery.requested")
 
-    dispatch(subscriber="packages", body=row.envelope())
+    deliver("packages", row)
     dispatch(subscriber="packages", body={"not": "an envelope"})
 
     processed, dead = [line for line in json_lines() if "outcome" in line]
@@ -90,7 +89,7 @@ def test_the_per_message_line_can_be_lowered_to_debug_for_high_volume(customer, 
     settings.OUTBOX_HANDLED_LOG_LEVEL = "DEBUG"
     requested(customer)
 
-    dispatch(subscriber="packages", body=OutboxMessage.objects.get(type="delivery.requested").envelope())
+    deliver("packages", published("delivery.requested")[0])
 
     assert not [line for line in json_lines() if "outcome" in line]  # the logger is at INFO
 

@@ -90,7 +90,7 @@ def test_no_deadline_sets_no_deadline_timer(customer):
     body = delivery_request()
     del body["deadline"]
     customer.request(body)
-    assert not OutboxMessage.objects.filter(type="delivery.deadline_passed").exists()
+    assert published("delivery.deadline_passed") == []
 
 
 def test_a_delivery_that_ends_withdraws_its_timers_still_to_fire(customer, fleet, db):

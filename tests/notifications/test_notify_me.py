@@ -9,9 +9,8 @@ from django.core import mail
 
 from notifications.models import Notification, NotifyMeRequest, SentMessage
 from outbox.console.dead_letter_actions import replay_dead_letter
-from outbox.handling.dispatch import dispatch
-from outbox.models import DeadLetter, OutboxMessage
-from outbox.testing import hand_over, run_choreography
+from outbox.models import DeadLetter
+from outbox.testing import deliver, hand_over, published, run_choreography
 from tests.factories import delivery_request
 
 EMAIL, PHONE = "alice@example.com", "+14255550123"
@@ -73,8 +72,8 @@ def test_each_status_change_is_sent_once_per_kind_even_when_an_event_comes_twice
     assert response.json()["emailAddress"] == EMAIL and response.json()["deliveryId"] == str(delivery_id)
 
     run_choreography(correlation_id=delivery_id)
-    completed = OutboxMessage.objects.get(type="delivery.completed", correlation_id=delivery_id)
-    dispatch(subscriber="notifications", body=completed.envelope())  # delivered twice
+    [completed] = published("delivery.completed", correlation_id=delivery_id)
+    assert deliver("notifications", completed).outcome == "duplicate"  # delivered twice
 
     assert [(m.to, m.subject) for m in mail.outbox] == [
         ([EMAIL], f"Delivery {delivery_id}: dispatched"),
@@ -91,7 +90,7 @@ def test_no_address_or_number_ever_travels_in_an_event(customer, fleet, db):
 
     run_choreography(correlation_id=delivery_id)
 
-    envelopes = [json.dumps(row.envelope()) for row in OutboxMessage.objects.all()]
+    envelopes = [envelope.model_dump_json() for envelope in published()]
     assert len(envelopes) > 5
     assert not [e for e in envelopes if EMAIL in e or PHONE in e]
 
