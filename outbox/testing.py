@@ -41,13 +41,11 @@ class DeadLettered(AssertionError):
 
 @dataclasses.dataclass(frozen=True)
 class Handed:
-    """What came of handing one message to one subscriber (`deliver`).
+    """What came of handing one message to one subscriber (`deliver`): its `outcome`, the `dead_letter` that says
+    why it was set aside if it was, and what the subscriber `published` in turn while handling it, compensations too."""
 
-    `outcome` is "processed" (the handler ran and its work was kept), "duplicate" (its inbox held
-    the message already: the handler did not run again), "stale" (an ordered subscriber was past
-    its place in its stream) or "dead_lettered" (set aside: `dead_letter` says why). `published`
-    is what the subscriber published in turn while handling it, its compensations included."""
-
+    # "processed" (the handler ran and its work was kept), "duplicate" (its inbox held the message already: the
+    # handler did not run again), "stale" (an ordered subscriber was past its place in its stream) or "dead_lettered".
     outcome: str
     envelope: Envelope
     dead_letter: DeadLetter | None = None
@@ -72,11 +70,9 @@ def an_envelope(
     hops: int = 0,
     occurred_at: datetime | None = None,
 ) -> Envelope:
-    """The envelope a publisher of `type` would send with `payload`, as it arrives off the wire
-    (its values as JSON carries them). `payload` is a dict, or a model of the subscriber's own
-    (its `Reader`), never the publisher's contract. Unless told, it is a new message of a story of
-    its own, the first of a stream of its own (`type:message_id`), so an ordered subscriber takes
-    it; give `stream` and `sequence` to test the order."""
+    """The envelope a publisher of `type` would send with `payload` (a dict, or the subscriber's own `Reader`, never
+    the publisher's contract), as it arrives off the wire. Unless told, it is a new message, the first of a story and
+    a stream of its own (`type:message_id`) so an ordered subscriber takes it; `stream` and `sequence` test order."""
     if isinstance(payload, BaseModel):
         payload = payload.model_dump(mode="json", by_alias=True)
     message_id = message_id or uuid4()
@@ -109,13 +105,9 @@ def deliver(
     hops: int = 0,
     occurred_at: datetime | None = None,
 ) -> Handed:
-    """Hand one message to `subscriber` through the real dispatch, in this process, and say what
-    came of it: a message of type `message` with `payload` (built by `an_envelope`, which the
-    keywords go to), or an `Envelope` as it is (one handed before, to hand it again; one
-    `published()` lists). No broker and no retries: a handler that fails is dead-lettered at once.
-
-    What it hands must be a type `subscriber` handles: a typo would otherwise pass for a message
-    the subscriber does not know (dead-lettered as unknown_type)."""
+    """Hand one message to `subscriber` through the real dispatch, in this process, and say what came of it: a message
+    of type `message` with `payload` (built by `an_envelope`, which the keywords go to), or an `Envelope` as it is (one
+    `published()` lists, or handed before). No broker and no retries: a handler that fails is dead-lettered at once."""
     if isinstance(message, Envelope):
         fields = (payload, version, message_id, correlation_id, causation_id, stream, sequence, hops, occurred_at)
         if fields != (None, 1, None, None, None, None, 1, 0, None):
@@ -136,6 +128,7 @@ def deliver(
             hops=hops,
             occurred_at=occurred_at,
         )
+    # A typo would otherwise pass for a message the subscriber does not know (dead-lettered as unknown_type).
     if subscriptions.subscription(subscriber, envelope.type) is None:
         handles = sorted(subscriptions._subscriptions.get(subscriber, {}))
         raise LookupError(
@@ -207,10 +200,9 @@ def hand_over(
     to: str | None = None,
     dead_letters: str = "raise",
 ) -> list[Handed]:
-    """Hand a published envelope to each of its subscribers that has not handled it (or to `to`
-    alone), through the real dispatch; given a type, each pending envelope of it (of one story),
-    oldest first. A handler that fails is dead-lettered at once: with `dead_letters="raise"` that
-    fails the test with its error, with `"keep"` the letter stays for the test to look at."""
+    """Hand a published envelope to each of its subscribers that has not handled it (or to `to` alone) through the real
+    dispatch; given a type, each pending envelope of it (of one story), oldest first. A handler that fails is
+    dead-lettered at once: `dead_letters="raise"` fails the test with its error, `"keep"` leaves the letter to see."""
     if dead_letters not in ("raise", "keep"):
         raise ValueError(f"dead_letters is 'raise' or 'keep', not {dead_letters!r}")
     if not isinstance(event, (str, Envelope)):
@@ -239,15 +231,9 @@ def run_choreography(
     dead_letters: str = "raise",
     limit: int = 10_000,
 ) -> int:
-    """Hand every event not yet handled to each of its subscribers, in the order they were
-    published, and the events that publishes in turn, until none is left; how many were handed.
-
-    `correlation_id` keeps to one story; `hold` leaves events of those types waiting (to hand
-    them over later, or never); events scheduled for later (timers) wait too unless `timers=True`
-    fires them at once. A handler that fails is dead-lettered at once (outside a worker there are
-    no retries): with `dead_letters="raise"` (the default) that fails the test with the error and
-    its traceback, with `"keep"` the letter stays for the test to look at.
-    """
+    """Hand every event not yet handled to each of its subscribers, in the order they were published, and the events
+    that publishes in turn, until none is left; how many were handed. `correlation_id` keeps to one story, `hold` leaves
+    those types waiting, timers wait unless `timers=True`; a failed handler's letter is as in `hand_over`."""
     if dead_letters not in ("raise", "keep"):
         raise ValueError(f"dead_letters is 'raise' or 'keep', not {dead_letters!r}")
     handed = 0
@@ -351,14 +337,11 @@ def _unhandled(correlation_id, *, hold, timers) -> tuple[OutboxMessage, str] | N
 
 
 def _outstanding(correlation_id) -> list[str]:
-    """What is still out, read in one snapshot. Read statement by statement, a handler committing
-    between two reads showed its inbox row (its message handled) but not the events it published
-    with it (read before it): nothing seemed out while those were still to be relayed and handled.
-    PostgreSQL's REPEATABLE READ gives the snapshot (a SQLite read transaction has one already);
-    inside a transaction of the caller's the level can no longer be set, and is left as it is.
-
-    With a context on a database of its own no snapshot spans the databases: the outboxes are read
-    again after, and an event published meanwhile (by a handler whose inbox row was read) is out."""
+    """What is still out, read in one snapshot: read statement by statement, a handler committing between two reads
+    would show its inbox row but not the events it published with it (read before), and nothing would seem out while
+    those were still to be relayed and handled."""
+    # No snapshot spans several databases: the outboxes are read again after, and an event published meanwhile
+    # (by a handler whose inbox row was read) is out.
     if len(kernel_databases()) > 1:
         before = {(row._state.db, row.id) for row in _rows(correlation_id)}
         outstanding = _outstanding_now(correlation_id)
@@ -366,6 +349,8 @@ def _outstanding(correlation_id) -> list[str]:
         return outstanding + [f"{name} published meanwhile" for name in meanwhile]
     outermost = not connection.in_atomic_block
     with transaction.atomic():
+        # REPEATABLE READ gives the snapshot (a SQLite read transaction has one already); inside a transaction of the
+        # caller's the level can no longer be set, and is left as it is.
         if outermost and connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")

@@ -21,11 +21,9 @@ class CannotResolve(Exception):
 
 
 def replay_dead_letter(*, letter_id: int, by: str = "", note: str = "") -> OutboxMessage:
-    """Send the message again to the subscriber that failed it, through the outbox.
-
-    It keeps its message id, so the subscriber's inbox still drops it if it was processed
-    meanwhile. If it fails again, the same letter opens again with its attempts added up.
-    """
+    """Send the message again to the subscriber that failed it, through the outbox, under its own message id so that
+    the subscriber's inbox still drops it if it was processed meanwhile. If it fails again, the same letter opens
+    again with its attempts added up."""
     with transaction.atomic(using=current()):
         letter = DeadLetter.objects.select_for_update().get(pk=letter_id)
         if letter.status != DeadLetter.Status.OPEN:

@@ -56,11 +56,9 @@ def render(
     link: Link | None = None,
     title: str = "sequence diagram",
 ) -> str:
-    """The diagram of `events` (correlation_timeline's, `scheduled=True` for pending timers).
-
-    `lanes` come first, any other party after them; `origin` = (customer lane, context) draws an
-    uncaused event of that context as a request from the customer; `link` makes dead letters links.
-    """
+    """The diagram of `events` (correlation_timeline's, `scheduled=True` for pending timers). `lanes` come first, any
+    other party after them; `origin` = (customer lane, context) draws an uncaused event of that context as a request
+    from the customer; `link` makes dead letters links."""
     events = causal_order(events)
     parties = list(lanes)
     for event in events:

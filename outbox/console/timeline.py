@@ -12,16 +12,9 @@ from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 
 
 def correlation_timeline(correlation_id: UUID, *, scheduled: bool = False) -> list[dict]:
-    """Every event of the correlation that has happened, in causal order, with who processed it.
-
-    A child event is appended while its cause is being handled, after the cause committed,
-    so outbox id order is a causal order. Events scheduled for later have not happened yet:
-    with `scheduled` they are listed too, marked so (a timer still pending). Replays (copies
-    for one subscriber) are folded into their original, as the time each subscriber's was sent.
-
-    With contexts on databases of their own (outbox.placement.databases) the story is in
-    several outboxes and inboxes: each is read, and the events put in causal order by their causes.
-    """
+    """Every event of the correlation that has happened, in causal order, with who processed it; with `scheduled`,
+    those still to come (a timer pending) too, marked so. Replays (copies for one subscriber) are folded into their
+    original, as the time each subscriber's was sent."""
     with placement.acting_as(None):  # every context's rows: read as the operator (placement.rows)
         return _timeline(correlation_id, scheduled=scheduled)
 
@@ -34,6 +27,7 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
     dead: dict[UUID, dict[str, DeadLetter]] = {}
     for database in databases:
         rows = OutboxMessage.objects.using(database).filter(correlation_id=correlation_id, target_subscriber="")
+        # A child event is appended while its cause is handled, after the cause committed: id order is causal.
         events += (rows if scheduled else rows.filter(available_at__lte=now)).order_by("id")
     ids = [e.message_id for e in events]
     for database in databases:
@@ -44,7 +38,7 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
         for letter in DeadLetter.objects.using(database).filter(message_id__in=ids):
             if letter.message_id is not None:
                 dead.setdefault(letter.message_id, {})[letter.subscriber] = letter
-    if len(databases) > 1:
+    if len(databases) > 1:  # contexts on databases of their own: several outboxes, ordered by the events' causes
         events = causal_order(events)
     return [
         {

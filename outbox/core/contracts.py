@@ -9,11 +9,9 @@ _contracts: dict[tuple[str, int], type["Event"]] = {}
 
 
 class Event(BaseModel):
-    """A fact a context publishes; subclass it in that context's `events.py`.
-
-    `type` and `version` are class attributes; the fields are the payload. Instances are
-    immutable and validated on construction, so an invalid payload never reaches the outbox.
-    """
+    """A fact a context publishes; subclass it in that context's `events.py`, `type` and `version` as class
+    attributes and the fields as the payload. Instances are immutable and validated on construction, so an
+    invalid payload never reaches the outbox."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -51,11 +49,9 @@ _upcasters: dict[tuple[str, int], Callable[[dict], dict]] = {}
 
 
 def upcaster(event_type: str, *, from_version: int):
-    """Register how a payload of `from_version` becomes one of the next version.
-
-    Declared by the publisher beside its contracts, applied by dispatch, so a message
-    queued before a contract changed is still read by a handler that knows only the new one.
-    """
+    """Register how a payload of `from_version` becomes one of the next version: declared by the publisher beside
+    its contracts and applied by dispatch, so a message queued before a contract changed is still read by a
+    handler that knows only the new one."""
 
     def register(function: Callable[[dict], dict]) -> Callable[[dict], dict]:
         _upcasters[(event_type, from_version)] = function

@@ -39,19 +39,14 @@ def publish(
     event: Event,
     *,
     stream: str,
+    # Given, it wins over the handled message's: another story starts (a resource one story freed, taken by the next).
     correlation_id: UUID | None = None,
     available_at: datetime | None = None,
     using: str | None = None,
 ) -> OutboxMessage:
-    """Append `event` to the outbox; it is relayed once the surrounding transaction commits.
-
-    Inside a handler the new event inherits the handled message's correlation id, names it
-    as its cause and is one hop further from the origin. A `correlation_id` given explicitly
-    wins: the handler is starting another story (a resource freed by one story taken by the
-    next), which keeps the cause but counts its hops from 0 again, since a chain that crosses
-    into a new story is work, not a loop. `available_at` delays relaying, which is how
-    timeouts are scheduled.
-    """
+    """Append `event` to the outbox; it is relayed once the surrounding transaction commits. Inside a handler it
+    inherits the handled message's correlation id, names it as its cause and is one hop further from the origin.
+    `available_at` delays relaying, which is how timeouts are scheduled."""
     [row] = publish_many(
         [event], stream=stream, correlation_id=correlation_id, available_at=[available_at], using=using
     )
@@ -66,11 +61,9 @@ def publish_many(
     available_at: Sequence[datetime | None] | None = None,
     using: str | None = None,
 ) -> list[OutboxMessage]:
-    """Append several events to one stream, numbered in the order given, in one statement: what
-    `publish()` does for each (`available_at`, if given, one time or None for each event), at one
-    round trip for all: an order's shipment scheduling its tracking updates, say. `using`: the
-    database the kernel works in (its caller's `atomic()`'s; outbox.core.working_database).
-    """
+    """Append several events to one stream, numbered in the order given, in one statement: what `publish()` does
+    for each, at one round trip for all. `available_at`, if given, holds one time or None for each event; `using`
+    is the database the kernel works in (its caller's `atomic()`'s; outbox.core.working_database)."""
     connection = connections[using or working_database.current()]
     if not connection.in_atomic_block:
         types = ", ".join(event.type for event in events)
@@ -85,6 +78,8 @@ def publish_many(
     cause = _handling.get()
     now = timezone.now()
     correlation_id = correlation_id or (cause.correlation_id if cause else uuid4())
+    # A correlation id given explicitly wins; the new story keeps the cause but counts hops from 0 again (outbox_row),
+    # since a chain that crosses into a new story is work, not a loop.
     same_story = cause is not None and cause.correlation_id == correlation_id
     rows, traced = [], tracing.active()
     for event, at in zip(events, times, strict=True):
@@ -119,23 +114,17 @@ _NOT_TRACED = nullcontext()
 
 
 def withdraw_scheduled(*, stream: str, using: str | None = None) -> int:
-    """Take back the events of `stream` still scheduled for later (timers not yet due), in the
-    caller's transaction, with the change that makes them moot: an order that ended needs its
-    deadline no more, and a timer left behind would fire for nothing and be listed as pending
-    until then. Returns how many. A timer already due is left to the relay, which may be sending it:
-    its handler must still find it moot, as it must for a timer that fired before the change.
-
-    "Later" is read on the database's clock, which the relays read too: an event due at once carries
-    the database's time, and a host whose clock is behind would otherwise see it as still to come
-    and delete it unsent. Only the stream's own events are taken back, never a replay or a copy the
-    sweep sends again: those are owed to one subscriber, whatever the story did since.
-    """
+    """Take back the events of `stream` still scheduled for later (timers not yet due), in the caller's transaction
+    with the change that makes them moot, so none fires for nothing or is listed as pending. Returns how many.
+    A timer already due is left to the relay, which may be sending it: its handler must still find it moot."""
     using = using or working_database.current()
     connection = connections[using]
     if not connection.in_atomic_block:
         raise PublishOutsideTransaction(f"withdraw_scheduled({stream}) must run inside transaction.atomic()")
     # As SQL: the ORM's delete() built the query and looked for cascades and signals (the outbox has
     # neither) for every story that ends, at more CPU than the DELETE.
+    # "Later" on the database's clock, which the relays read too: an event due at once carries the database's
+    # time, and a host whose clock is behind would see it as still to come and delete it unsent.
     sql, params = _WITHDRAW, [stream]
     if connection.vendor != "postgresql":  # one host (SQLite, the embedded default): its clock is the one
         sql, params = _WITHDRAW_BY_HOST_CLOCK, [stream, _available_at.get_db_prep_value(timezone.now(), connection)]
@@ -146,6 +135,8 @@ def withdraw_scheduled(*, stream: str, using: str | None = None) -> int:
 
 # clock_timestamp(), read as each row is looked at, is later than the start of any transaction whose
 # row this statement sees (committed before its snapshot): now(), this transaction's start, is not.
+# target_subscriber = '': the stream's own events only, never a replay or a copy the sweep sends again,
+# which are owed to one subscriber whatever the story did since.
 _WITHDRAW = (
     "DELETE FROM {table} WHERE stream = %s AND target_subscriber = '' AND published_at IS NULL "
     "AND available_at > clock_timestamp()"
@@ -239,10 +230,9 @@ def _as_is(json_text: str) -> str:
 
 
 def numbered_insert(rows: list[OutboxMessage], *, connection, due_now: list[bool]) -> tuple[str, list]:
-    """The one statement that numbers `rows` (one stream's, in order) and inserts them, with its
-    parameters (PostgreSQL): the stream's counter moves by their number, and each row takes its
-    place below the new last. `manage.py bench` sends the same for one row from bare psycopg as
-    publish()'s reference."""
+    """The one statement that numbers `rows` (one stream's, in order) and inserts them, with its parameters
+    (PostgreSQL): the stream's counter moves by their number, and each row takes its place below the new last.
+    Public so that a benchmark can send the same from bare psycopg, as publish()'s reference."""
     sql, bound = _numbered_insert_shape(connection, tuple(due_now))
     params: list[Any] = [rows[0].stream]
     for row, fields in zip(rows, bound, strict=True):
@@ -281,10 +271,9 @@ _shapes: dict[tuple, tuple[str, tuple]] = {}
 
 
 def _numbered_insert_shape(connection, due_now: tuple[bool, ...]) -> tuple[str, tuple]:
-    """The statement's text for rows due (or not) as `due_now` says, and for each row the fields
-    it binds (attname, and the field whose conversion the value needs, or None): built once per
-    shape, since Django spent more building it (quoting 19 columns, 19 conversions) than psycopg
-    spends sending it. A handful of shapes occur (a publish, a take-off's six)."""
+    """The statement's text for rows due (or not) as `due_now` says, and for each row the fields it binds (attname,
+    and the field whose conversion the value needs, or None). Built once per shape, of which a handful occur:
+    quoting every column and converting every value costs Django more than psycopg spends sending it."""
     key = (connection.vendor, due_now)
     shape = _shapes.get(key)
     if shape is not None:
@@ -299,6 +288,7 @@ def _numbered_insert_shape(connection, due_now: tuple[bool, ...]) -> tuple[str, 
             **_AT_THEIR_DEFAULTS,
             "stream": "(SELECT name FROM numbered)",
             "sequence": "(SELECT last_sequence FROM numbered)" + (f" - {below_last}" if below_last else ""),
+            # Due on the database's clock, which the relays read too: a host whose clock runs ahead holds nothing back.
             **({"available_at": "now()"} if due else {}),
         }
         values.append("(" + ", ".join(computed.get(f.attname, "%s") for f in fields) + ")")
@@ -317,10 +307,8 @@ def _numbered_insert_shape(connection, due_now: tuple[bool, ...]) -> tuple[str, 
 
 
 def _insert_numbered(rows: list[OutboxMessage], *, due_now: list[bool], connection) -> None:
-    """Number the rows in their stream and insert them in one statement: one round trip for a
-    handler's events on one stream, the stream's row lock still ordering concurrent publishers.
-    An event due at once is due on the database's clock, which the relays read too: a web host
-    whose clock runs ahead does not hold its events back."""
+    """Number the rows in their stream and insert them in one statement: one round trip for a handler's events on
+    one stream, the stream's row lock still ordering concurrent publishers."""
     sql, params = numbered_insert(rows, connection=connection, due_now=due_now)
     connection.ensure_connection()
     # A server-side-binding cursor of psycopg's own, prepared: Django's client-side binding

@@ -48,14 +48,13 @@ class Subscription:
 
     @property
     def context(self) -> str:
-        """The subscriber's context: the label of the app its handler lives in, however deep its
-        module (`billing.handling.invoices`), as `atomic()` and the router name it: its inbox must
-        be on the database its handler writes to, or the two are not one transaction. A handler in
-        no installed app: the part of its module path before the last, as Event.source() reads a
-        publisher's."""
+        """The subscriber's context: the label of the app its handler lives in, however deep its module
+        (`billing.handling.invoices`), as `atomic()` and the router name it: its inbox must be on the database
+        its handler writes to, or the two are not one transaction."""
         module = self.handler.__module__
         if apps.apps_ready and (label := app_label(module)) is not None:
             return label
+        # In no installed app: the part of its module path before the last, as Event.source() reads a publisher's.
         parts = module.split(".")
         return parts[-2] if len(parts) > 1 else parts[0]
 
@@ -77,26 +76,24 @@ def subscribe(
     subscriber: str,
     event_type: str,
     *,
+    # The subscriber's own model of the payload (a tolerant reader), never the publisher's contract.
     reader: type[BaseModel] | None = None,
+    # The contract versions the handler understands: older ones are upcast to them first.
     versions: tuple[int, ...] = (1,),
+    # A compensation that keeps failing is dead-lettered as `compensation_failed`, so operators see undone work
+    # apart from the rest.
     compensation: bool = False,
+    # Never sees an event older than one of its stream it already handled (`outbox.handling.ordering`). In a pack it
+    # shares the transaction, its streams held from the start; for a subscriber with limits (OUTBOX_SUBSCRIBER_LIMITS)
+    # each is committed alone.
     ordered: bool = False,
+    # It does what the database cannot take back (sends an e-mail, calls a gateway): never in a pack's shared
+    # transaction, each envelope committed before the next starts, so no neighbour's failure can roll its work
+    # back and have its effect happen again (`outbox.handling.packs`).
     outside_effects: bool = False,
 ):
-    """Register the decorated function as `subscriber`'s handler for `event_type`.
-
-    `reader` is the subscriber's own model of the payload (a tolerant reader, never the
-    publisher's contract); `versions` are the contract versions the handler understands
-    (older ones are upcast to them first). A `compensation` that keeps failing is
-    dead-lettered as `compensation_failed`, so operators see undone work apart from the rest.
-    An `ordered` handler never sees an event older than one of its stream it already handled
-    (see `outbox.handling.ordering`). A handler with `outside_effects` does something the database
-    cannot take back (sends an e-mail, calls a gateway): its envelopes are never handled in a pack's
-    shared transaction, each is committed before the next starts, so no neighbour's failure can
-    roll its work back and have its effect happen again (see `outbox.handling.packs`). An `ordered`
-    handler's envelopes share the pack's transaction, their streams held from its start; only a
-    subscriber with limits (OUTBOX_SUBSCRIBER_LIMITS) has them committed alone.
-    """
+    """Register the decorated function as `subscriber`'s handler for `event_type`, the options saying how it
+    reads its payload and how its envelopes are retried, ordered and committed (each told at its parameter)."""
     if not _NAME.match(subscriber):
         raise ValueError(f"subscriber name {subscriber!r} must be lower_snake_case (it names a queue)")
 
@@ -124,10 +121,9 @@ _unprocessable_hooks: dict[str, Callable[[Envelope], None]] = {}
 
 
 def when_unprocessable(subscriber: str):
-    """Register what `subscriber` does when one of its messages can never be processed (its
-    payload unreadable, or a value in it that cannot be stored or read): the compensations that
-    keep the rest of the choreography from waiting forever on it, e.g. failing the order so
-    what it reserved is released. Called with the raw envelope, in the transaction that dead-letters it."""
+    """Register what `subscriber` does when one of its messages can never be processed (its payload unreadable, or
+    a value in it that cannot be stored or read): the compensations that keep the rest of the choreography from
+    waiting on it forever. Called with the raw envelope, in the transaction that dead-letters it."""
 
     def register(hook):
         _unprocessable_hooks[subscriber] = hook

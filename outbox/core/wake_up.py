@@ -50,18 +50,12 @@ class Poll:
 
 
 class ListenForNotify(Poll):
-    """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout.
+    """Sleeps until PostgreSQL announces a new outbox row (LISTEN/NOTIFY), or the timeout, on a connection of its
+    own since LISTEN belongs to a session. Every OUTBOX_LISTEN_CHECK_SECONDS it NOTIFYs itself the way committed
+    rows do, so that wake-ups which stop arriving are noticed, said, and listened for again."""
 
-    LISTEN belongs to a session, so it runs on a connection of its own, to
-    OUTBOX_LISTEN_CONNECTION when set: through a pooler in transaction mode the LISTEN would
-    run on whichever server connection the pooler picked, and the NOTIFYs would arrive there,
-    never here. Every OUTBOX_LISTEN_CHECK_SECONDS it NOTIFYs itself through the main connection,
-    the way committed rows do; a probe unheard for PROBE_DEADLINE_SECONDS means wake-ups are not
-    arriving, which it says in the log and in outbox_relay_notify_unheard (polling goes on), and
-    it listens again on a new connection. After a database restart, or when the database was away
-    as the relay started, it listens on a new connection; until that succeeds it polls.
-    """
-
+    # A probe unheard this long means wake-ups are not arriving: said in the log and in outbox_relay_notify_unheard,
+    # polling goes on, and it listens again on a new connection.
     PROBE_DEADLINE_SECONDS = 5.0
 
     def __init__(self, stop: threading.Event):
@@ -79,7 +73,8 @@ class ListenForNotify(Poll):
     @staticmethod
     def _listen() -> psycopg.Connection:
         # psycopg connect() keywords of a direct connection (to `default`: another database's relay
-        # listens on that database's own parameters)
+        # listens on that database's own parameters). Through a pooler in transaction mode the LISTEN would
+        # run on whichever server connection the pooler picked, and the NOTIFYs would arrive there, never here.
         if settings.OUTBOX_LISTEN_CONNECTION and connection.alias == DEFAULT_DB_ALIAS:
             params = dict(settings.OUTBOX_LISTEN_CONNECTION)
         else:
@@ -93,6 +88,7 @@ class ListenForNotify(Poll):
     def __call__(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
+            # After a database restart, or with the database away as the relay started; until this succeeds it polls.
             if self.conn is None or self.conn.closed:
                 self.conn = self._listen()
             self._probe_if_due()

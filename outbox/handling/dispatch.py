@@ -61,19 +61,15 @@ logger = logging.getLogger(__name__)
 
 
 class WorkRolledBack(RuntimeError):
-    """A handler returned after an error had rolled its transaction back: a service raised inside
-    `outbox.placement.atomic` (which joins the handler's transaction without a savepoint), or
-    a statement failed, and the handler caught it. Nothing it did would be kept, its inbox row
-    included, so it is retried and then dead-lettered like any failure instead of being
-    acknowledged as processed."""
+    """A handler returned after a caught error rolled its transaction back (a service raised inside
+    `outbox.placement.atomic`, which has no savepoint, or a statement failed): nothing it did would be kept,
+    its inbox row included, so it is retried and then dead-lettered instead of acknowledged as processed."""
 
 
 class FailedInSharedTransaction(Exception):
-    """A handler failed in a pack's shared transaction, where its work has no savepoint of its own
-    (Django's savepoint, measured, cost a message more CPU than a transaction of its own): the
-    whole transaction is to be rolled back, and the pack's envelopes handled again without this
-    one's handler, whose `error` then takes the path it would have taken alone
-    (`outbox.handling.packs`)."""
+    """A handler failed in a pack's shared transaction, where its work has no savepoint of its own: the whole
+    transaction is to be rolled back and the pack's envelopes handled again without this one's handler, whose
+    `error` then takes the path it would have taken alone (`outbox.handling.packs`)."""
 
     def __init__(self, error: BaseException):
         super().__init__(f"{type(error).__name__}: {error}")
@@ -81,14 +77,14 @@ class FailedInSharedTransaction(Exception):
 
 
 def rolled_back(connection) -> bool:
-    """Whether committing now would keep nothing: Django marked the transaction for rollback (the
-    ORM's save(), the kernel's statements and `atomic()` do when they fail), or PostgreSQL aborted it
-    at a failed statement that told Django nothing (a service's own `cursor.execute`), whose COMMIT
-    it then answers with a ROLLBACK that psycopg does not raise. Read from libpq: no round trip."""
-    if connection.needs_rollback:
+    """Whether committing now would keep nothing: Django marked the transaction for rollback, or PostgreSQL
+    aborted it at a failed statement that told Django nothing (a service's own `cursor.execute`)."""
+    if connection.needs_rollback:  # the ORM's save(), the kernel's statements and `atomic()` mark it when they fail
         return True
     if connection.vendor != "postgresql" or connection.connection is None:
         return False
+    # PostgreSQL answers such a transaction's COMMIT with a ROLLBACK that psycopg does not raise, so the status
+    # is read from libpq (no round trip).
     return connection.connection.info.transaction_status == TransactionStatus.INERROR
 
 
@@ -143,21 +139,20 @@ _ALONE = _Alone()
 
 @dataclass
 class PackTurn:
-    """An envelope's turn in a pack. Its outcome goes to `reports`, said once the pack's transaction
-    commits, never for work rolled back with it. `shared`: its handler's work joins the pack's
-    transaction without a savepoint. `failed`: its handler failed in a pass since rolled back, and
-    is not run again; the error takes the path it would have taken alone. `receipt`: its inbox row
-    was written with the pack's (`receive_together`)."""
+    """An envelope's turn in a pack: dispatched as if it had come alone, but its outcome goes to `reports`, said
+    once the pack's transaction commits, never for work rolled back with it."""
 
     reports: list[Callable[[], None]]
-    shared: bool = False
+    shared: bool = False  # its handler's work joins the pack's transaction without a savepoint
+    # Its handler failed in a pass since rolled back and is not run again: the error takes the path it would alone.
     failed: BaseException | None = None
-    receipt: tuple[bool, bool] | None = None
+    receipt: tuple[bool, bool] | None = None  # its inbox row was written with the pack's (`receive_together`)
 
     def handle(self, sub: Subscription, envelope: Envelope, payload: Any) -> Outcome:
         if not self.shared:
             return _handle_once(sub, envelope, payload)
         try:
+            # No savepoint: Django's costs a message more CPU than a transaction of its own; a failure redoes the pack.
             return _handle_once(sub, envelope, payload, savepoint=False, receipt=self.receipt)
         except (Exception, TimeLimitExceeded) as error:
             raise FailedInSharedTransaction(error) from error

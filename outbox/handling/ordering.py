@@ -41,12 +41,9 @@ def advance(*, subscriber: str, stream: str, sequence: int) -> Position:
 
 
 def _moved_cursor(subscriber: str, stream: str, sequence: int) -> int | None:
-    """Move the cursor (made if new, locked until the transaction ends) and return where it was:
-    one statement on PostgreSQL, the cursor read under its lock and moved in the same upsert (an
-    ordered subscriber paid two for every message). None when it was not moved: the cursor was new
-    to this statement's snapshot but another transaction made it first, so the value it had is
-    unknown here; the caller reads it locked and moves it then. Elsewhere (SQLite, whose writers
-    are serialised) the cursor is read, then moved."""
+    """Move the cursor (made if new, locked until the transaction ends) and return where it was, or None if not moved.
+    On PostgreSQL one upsert reads it under its lock and moves it; elsewhere (SQLite, whose writers are
+    serialised) it is read, then moved."""
     if connection.vendor != "postgresql":
         cursor_id, last_sequence = _locked_cursor(subscriber, stream)
         _move(cursor_id, last_sequence, sequence)
@@ -55,6 +52,8 @@ def _moved_cursor(subscriber: str, stream: str, sequence: int) -> int | None:
     with connection.cursor() as cursor:
         cursor.execute(_ADVANCE.format(table=table), [subscriber, stream, subscriber, stream, sequence, sequence - 1])
         moved = cursor.fetchone()
+    # None: another transaction made the cursor after this statement's snapshot, so where it stood is unknown
+    # here; the caller reads it locked and moves it then.
     return None if moved is None else moved[0]
 
 
@@ -75,12 +74,11 @@ _ADVANCE = (
 
 
 def hold(*, subscriber: str, streams: list[str]) -> None:
-    """Lock the subscriber's cursors on `streams` (each made at 0 if new, which `advance` then moves
-    as it would have made it) until the transaction ends, in one statement. A pack holds every
-    stream of its ordered envelopes before it handles the first (`outbox.handling.packs`); taken
-    in the order given, which is sorted, two packs wait for each other and never deadlock. A
-    stream no cursor can be made for (too long, a NUL) is left out: its envelope's own move fails
-    in its handler's turn, and takes the path a failure takes, alone."""
+    """Lock the subscriber's cursors on `streams` until the transaction ends, in one statement, so that a pack
+    holds its ordered envelopes' streams before handling the first. Each new cursor is made at 0, which `advance`
+    then moves as it would have made it; taken in the sorted order given, two packs never deadlock."""
+    # A stream no cursor can be made for (too long, a NUL) is left out: its envelope's own move fails in its
+    # handler's turn and takes the path a failure takes, alone.
     fits = [s for s in streams if len(s) <= _STREAM_LENGTH and "\x00" not in s]
     if not fits:
         return
@@ -108,10 +106,9 @@ def _move(cursor_id: int, last_sequence: int, sequence: int) -> None:
 
 
 def _locked_cursor(subscriber: str, stream: str) -> tuple[int, int]:
-    """(id, last_sequence) of the subscriber's cursor on `stream`, made at 0 if it is new, locked
-    until the transaction ends. One statement and no savepoint (a SELECT, then an INSERT in a
-    savepoint and a SELECT again, took five for a new stream): a concurrent first message of the
-    same stream waits on the unique index, then takes the row the other one committed."""
+    """(id, last_sequence) of the subscriber's cursor on `stream`, made at 0 if new, locked until the transaction ends.
+    One statement, no savepoint: a concurrent first message of the same stream waits on the unique index, then
+    takes the row the other one committed."""
     table = connection.ops.quote_name(StreamCursor._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(

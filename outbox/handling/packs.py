@@ -108,22 +108,15 @@ Owed = list[tuple[dramatiq.Message, BaseException]]
 def _handle_together(
     unpacked: "_Unpacked", start: int, out_of_time: Callable[[], bool]
 ) -> tuple[int, Owed, list[Callable[[], None]]]:
-    """Handle the envelopes from `start` that may share a transaction in one, and commit it: where
-    they ended, the retries owed and the outcomes to report. No savepoint an envelope: should a
-    handler fail, what the pass did is rolled back and the same envelopes handled again, the failed
-    handler not run again but its error taken down the path it would have taken alone (its retry
-    owed, or its dead letter). Each time round one more handler is left out, so this ends; and a
-    second failure ends the run there, the rest of the pack then handled one by one.
+    """Handle the envelopes from `start` that may share a transaction in one, and commit it.
 
-    First the inbox rows, then an ordered handler's stream cursors, every stream at once in stream
-    order: the order a message alone takes them in (its row, then its cursor), so neither two packs
-    nor a pack and a lone copy of one of its messages deadlock. A pack that holds streams keeps them,
-    and its rows, across passes: a pass is rolled back to a savepoint taken once they are held, not
-    with the transaction, so no later event of a held stream is applied in between, leaving the
-    earlier one stale; the rows of envelopes that failed since are taken back in the next pass."""
+    Returns where they ended, the retries owed and the outcomes to report, so that the pack goes on from there."""
     run = _Run(start, start + 1)
     while run.end < len(unpacked.bodies) and unpacked.may_share(run.end):
         run.end += 1
+    # No savepoint per envelope: when a handler fails, the pass is rolled back and the same envelopes handled
+    # again, that handler not run but its error taking the path it would alone (a retry owed, or a dead letter).
+    # Each pass leaves one more handler out, so this ends; a second failure ends the run (see _one_pass).
     while True:
         try:
             with transaction.atomic(using=current()):
@@ -132,9 +125,15 @@ def _handle_together(
                 )
                 run.receipts = receive_together(unpacked.subscriber, run.sure)
                 _look_for_letters_of_failed_copies(run, unpacked.bodies)
+                # Inbox rows first, then the cursors of every stream at once, in stream order: the order a lone
+                # message takes them in (its row, then its cursor), so neither two packs nor a pack and a lone
+                # copy of one of its messages deadlock.
                 held = _hold_streams(unpacked.subscriber, run.sure)
                 while True:
                     try:
+                        # Holding streams, a failed pass rolls back to this savepoint, not the transaction: the
+                        # streams and rows stay held, so no later event of a held stream is applied in between and
+                        # leaves the earlier one stale. The next pass withdraws the rows of those that failed since.
                         with transaction.atomic(using=current(), savepoint=held):
                             return _one_pass(unpacked, run, out_of_time)
                     except FailedInSharedTransaction:
@@ -223,10 +222,9 @@ def _look_for_letters_of_failed_copies(run: _Run, bodies: list[Any]) -> None:
 
 
 def _failed_since(run: _Run) -> set[int]:
-    """The positions whose rows, written before the first pass, are not to be kept: an envelope whose
-    handler failed since, and any later copy of its message in the pack, which then writes its own
-    row (`first_receipt`) and is handled as the first, as it would be in a pack without the one that
-    failed. Only rows this pack wrote: a message processed before keeps its row."""
+    """The positions whose rows, written before the first pass, are not to be kept: an envelope whose handler
+    failed since, and any later copy of its message, which then writes its own row (`first_receipt`) and is handled
+    as the first, as in a pack without the failed one. Only rows this pack wrote: one processed before keeps its row."""
     ours = {run.sure[p].message_id for p in run.failed if run.receipts.get(p, (False,))[0]}
     return {p for p in run.receipts if run.sure[p].message_id in ours} if ours else set()
 
@@ -250,14 +248,14 @@ class _Unpacked:
         self.settled: set[int] = set()  # positions already owed their retry, not to be handed on
 
     def may_share(self, position: int) -> bool:
-        """Whether the envelope may be handled in a shared transaction: anything but one whose handler
-        has outside effects, or is an ordered handler of a subscriber with limits (whose envelopes
-        write their inbox rows one by one, after the pack holds its streams: a lone copy of one,
-        holding its row and waiting for the stream, would deadlock with the pack). What is not an
-        envelope, or has no handler, is only dead-lettered."""
+        """Whether the envelope may be handled in a shared transaction: anything but one whose handler has
+        outside effects, or is ordered for a subscriber with limits (OUTBOX_SUBSCRIBER_LIMITS). What is not an
+        envelope, or has no handler, is only dead-lettered, so it may."""
         body = self.bodies[position]
         event_type = body.get("type") if isinstance(body, dict) else None
         sub = subscription(self.subscriber, event_type) if isinstance(event_type, str) else None
+        # An ordered handler under limits writes its inbox row after the pack holds its streams: a lone copy
+        # of its message, holding its row and waiting for the stream, would deadlock with the pack.
         return sub is None or not (
             sub.outside_effects or (sub.ordered and self.subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS)
         )
@@ -329,13 +327,10 @@ def _alone(subscriber: str, body: Any, pack: dramatiq.Message | None) -> dramati
 
 
 def _retry_alone(broker: dramatiq.Broker, message: dramatiq.Message, error: BaseException) -> None:
-    """As dramatiq.middleware.Retries retries a failed message: one more retry counted (a message put
-    back over a limit took one off first), after the actor's backoff or the delay it asked for. Should
-    the broker refuse this enqueue, dispatch_pack goes on with the other envelopes and fails the pack
-    afterwards, for Dramatiq to retry: it comes again, unpacked, and the envelopes already handled are
-    duplicates then (or, if the broker refuses that retry too, the sweep sends this one again)."""
+    """Retry a failed envelope alone as dramatiq.middleware.Retries would: one more retry counted, after the
+    actor's backoff or the delay it asked for. A refused enqueue is raised, for the pack to fail on at its end."""
     retries = message.options.get("retries", 0)
-    message.options["retries"] = retries + 1
+    message.options["retries"] = retries + 1  # a message put back over a limit took one off first
     if isinstance(error, Retry) and error.delay is not None:  # dispatch logged its line and chose the delay
         delay = error.delay
     else:

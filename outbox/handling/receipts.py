@@ -21,10 +21,9 @@ from outbox.models import DeadLetter, InboxMessage
 
 
 def first_receipt(subscriber: str, envelope: Envelope) -> tuple[bool, bool]:
-    """Record the message in the subscriber's inbox: (False, …) if it was there already. One
-    statement, no savepoint: a concurrent copy waits on the unique index, then finds it there.
-    The same statement says whether the message has an open or replayed dead letter for this
-    subscriber, which only then needs closing as processed (an UPDATE each message paid before)."""
+    """Record the message in the subscriber's inbox: (False, …) if it was there already, then whether it has an
+    open or replayed dead letter for this subscriber, which only then needs closing as processed. One statement,
+    no savepoint: a concurrent copy waits on the unique index, then finds the row there."""
     inbox = connection.ops.quote_name(InboxMessage._meta.db_table)
     letters = connection.ops.quote_name(DeadLetter._meta.db_table)
     message_id = _uuid_field.get_db_prep_value(envelope.message_id, connection)
@@ -66,15 +65,14 @@ def sure_to_reach_their_handler(subscriber: str, bodies: dict[int, Any]) -> dict
 
 
 def receive_together(subscriber: str, envelopes: dict[int, Envelope]) -> dict[int, tuple[bool, bool]]:
-    """Record in the subscriber's inbox, in one statement, the envelopes of a pack (by position)
-    sure to reach their handler (and with no limits to wait for): for each, what `first_receipt`
-    would have said. An envelope twice in the pack is first at its first position. The rows go in
-    message id order, so that two packs with copies of the same messages wait for each other, never
-    deadlock. PostgreSQL only: elsewhere each envelope writes its own."""
+    """Record in one statement the inbox rows of a pack's envelopes (by position) sure to reach their handler:
+    for each, what `first_receipt` would have said; an envelope twice in the pack is first at its first position.
+    PostgreSQL and a subscriber with no limits only: otherwise {}, and each envelope writes its own."""
     if connection.vendor != "postgresql" or subscriber in settings.OUTBOX_SUBSCRIBER_LIMITS:
         return {}  # SQLite (in process, no round trips to save) cannot read the alias in RETURNING
     if not envelopes:
         return {}
+    # In message id order, so that two packs with copies of the same messages wait for each other, never deadlock.
     unique = sorted({e.message_id: e for e in envelopes.values()}.values(), key=lambda e: e.message_id)
     inbox = connection.ops.quote_name(InboxMessage._meta.db_table)
     letters = connection.ops.quote_name(DeadLetter._meta.db_table)

@@ -33,10 +33,9 @@ __all__ = [
 
 @contextmanager
 def handling_for(subscriber: str, *, keep_role: bool) -> Iterator[None]:
-    """A subscriber's work: the kernel working in its context's database (its inbox, cursors and
-    letters are beside its tables), its code under its context's role; through a pooler each
-    transaction's, and what it asks to run on commit too. `keep_role`: a worker's thread keeps the
-    role for its next message, most often of the same context; anywhere else it is given back."""
+    """A subscriber's work: the kernel working in its context's database (its inbox, cursors and letters are beside
+    its tables), its code under its context's role (through a pooler each transaction's, on-commit work's too).
+    `keep_role`: a worker's thread keeps the role for its next message, most often of the same context."""
     context = context_of(subscriber)
     before = roles.enter(context)
     try:

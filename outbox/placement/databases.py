@@ -53,15 +53,12 @@ def connection_of(context: str) -> ConnectionProxy:
 
 
 def atomic(context: str | None = None, *, using: str | None = None) -> "transaction.Atomic | _AtomicIn":
-    """`transaction.atomic()` for a service's state change and the events that announce it, on its
-    context's database (`using`: another alias; neither: the database the kernel works in now),
-    where `publish()` inside then writes.
-
-    Inside a handler it joins the handler's transaction without a savepoint: dispatch rolls that
-    transaction back whole when the handler raises, so a savepoint bought nothing but two round
-    trips for every service a handler calls; a handler that catches a service's error is retried,
-    never acknowledged with its work undone (`WorkRolledBack`). Anywhere else it is Django's own,
-    savepoint and all, so the API or the admin can catch a service's refusal."""
+    """`transaction.atomic()` for a service's state change and the events that announce it, on its context's
+    database (`using`: another alias; neither: the database the kernel works in now), where `publish()` inside
+    then writes. Inside a handler it joins the handler's transaction without a savepoint."""
+    # Dispatch rolls a handler's transaction back whole when the handler raises, so a savepoint would buy only two
+    # round trips for every service a handler calls; a handler that catches a service's error is retried, never
+    # acknowledged with its work undone (WorkRolledBack). Elsewhere, the API or the admin can catch a refusal.
     savepoint = not handling_a_message()
     if not routed():
         return transaction.atomic(using=using or DEFAULT_DB_ALIAS, savepoint=savepoint)

@@ -21,11 +21,9 @@ from outbox.placement.rows import own_rows
 
 
 def own_schemas(*, using: str = "default") -> list[str]:
-    """Give each context its schema and role, and the kernel its schema: create what is missing,
-    move each app's tables into its schema (the rows stay where they are: ALTER TABLE ... SET SCHEMA
-    changes the catalog only), and grant each role its own schema and the kernel's tables. Run after
-    every `migrate` (post_migrate), so that a table a later migration adds joins its schema; one
-    catalog query when all is in place already. What it did, one line each."""
+    """Give each context its schema and role, and the kernel its schema: create what is missing, move each app's
+    tables into its schema, and grant each role its own schema and the kernel's tables. Run after every `migrate`
+    (post_migrate), so that a table a later migration adds joins its schema; what it did, one line each."""
     conn = connections[using]
     if not enabled(conn):
         return []
@@ -43,7 +41,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
         misplaced = [(table, schema) for table, schema in cursor.fetchall() if home[table] != schema]
         cursor.execute("SELECT count(*) FROM pg_roles WHERE rolname = ANY(%s)", [roles])
         if not misplaced and cursor.fetchone()[0] == len(roles) and _kernel_grants_in_place(cursor, roles):
-            return []
+            return []  # all in place already: one catalog query
         done = []
         for schema in owners.values():
             cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
@@ -51,7 +49,7 @@ def own_schemas(*, using: str = "default") -> list[str]:
         # First in every search_path: a role that could create a table there could shadow another
         # context's (PostgreSQL 15 revokes it by default; 14 grants it to everyone).
         cursor.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-        for table, schema in misplaced:
+        for table, schema in misplaced:  # the rows stay where they are: SET SCHEMA changes the catalog only
             cursor.execute(f"ALTER TABLE {quote(schema)}.{quote(table)} SET SCHEMA {quote(home[table])}")
             done.append(f"moved {schema}.{table} into {home[table]}")
         superuser, _ = _set_search_path(cursor, conn)
@@ -108,11 +106,9 @@ def _kernel_grants_in_place(cursor, roles: list[str]) -> bool:
 
 
 def _set_search_path(cursor, conn) -> tuple[bool, bool]:
-    """The database's search_path, for every later session (psql, a raw psycopg connection, a
-    pooler's server sessions), if this role may set it; and this session's, at once. Through a
-    pooler this server session keeps it for whichever client is next: the search_path every
-    client of this database has, or will have. Whether this role is a superuser, and whether the
-    database's search_path changed."""
+    """Set the database's search_path, for every later session (psql, a raw psycopg connection, a pooler's server
+    sessions), if this role may, and this session's at once. Returns whether this role is a superuser, and whether
+    the database's search_path changed."""
     cursor.execute(
         "SELECT rolsuper, pg_get_userbyid(datdba) = current_user, "
         "(SELECT setconfig FROM pg_db_role_setting WHERE setdatabase = d.oid AND setrole = 0) "
@@ -129,6 +125,7 @@ def _set_search_path(cursor, conn) -> tuple[bool, bool]:
             "AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         changed = cursor.fetchone()[0] != before
+    # Through a pooler this server session keeps it for whichever client is next: the path every client has, or will.
     cursor.execute(f"SET search_path TO {search_path()}")
     return superuser, changed
 
@@ -149,11 +146,9 @@ def before_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) 
 
 
 def end_sessions_begun_before_the_path(*, using: str = "default", wait_seconds: float = 10.0) -> str:
-    """End this database's sessions of this role that began before its search_path was set: a
-    session keeps the search_path it began with, and a pooler in transaction mode hands a server
-    session to any client, which would then not find the contexts' tables. Each is ended when idle
-    (between two transactions of its client; the pooler opens a new one in its place), waiting up
-    to `wait_seconds` for those in use. What it did, in a line."""
+    """End this database's sessions of this role that began before its search_path was set: a session keeps the path
+    it began with, and a pooler in transaction mode hands one to any client, which would not find the contexts'
+    tables. Each is ended when idle, waiting up to `wait_seconds` for those in use; what it did, in a line."""
     conn = connections[using]
     with conn.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
@@ -176,7 +171,8 @@ def end_sessions_begun_before_the_path(*, using: str = "default", wait_seconds: 
 
 
 # Sessions of this role (the one logged in as) on this database, begun before the path was set, other
-# than this one: the idle ones ended, the others counted (a client's transaction in progress).
+# than this one: the idle ones ended, the others counted (a client's transaction in progress). An idle one is
+# between two transactions of its client, and the pooler opens a new one in its place.
 _END_IDLE_SESSIONS_BEGUN_BEFORE = (
     "SELECT count(*) FILTER (WHERE CASE WHEN state = 'idle' THEN pg_terminate_backend(pid) ELSE false END), "
     "count(*) FILTER (WHERE state IS DISTINCT FROM 'idle') "

@@ -148,13 +148,14 @@ def _rows(model, where: models.Q, database: str, batch_size: int) -> Iterable[li
 def _copy(
     model, where: models.Q, key: tuple[str, ...], source: str, target: str, batch_size: int, *, keep_keys: bool
 ) -> int:
-    """Rows of `source` onto `target`, in key order (the kernel's ids, new on the target, keep the
-    order they had: an outbox's id order is its causal order); one there already, by `key`, is left
-    as it is. Looked for, not left to a conflict: a key with a NULL conflicts with nothing, and a
-    second run would copy a letter of no message id again. Returns how many were copied."""
+    """Rows of `source` onto `target`, in key order (the kernel's ids, new on the target, keep the order they had: an
+    outbox's id order is its causal order); one there already, by `key`, is left as it is. Returns how many were
+    copied."""
     copied = 0
     with _times_as_they_were(model):
         for batch in _rows(model, where, source, batch_size):
+            # Looked for, not left to a conflict: a key with a NULL conflicts with nothing, and a second run would
+            # copy a letter of no message id again.
             missing = _not_there(model, batch, key, (), target)
             if not keep_keys:
                 for row in missing:
@@ -168,10 +169,9 @@ def _copy(
 
 @contextmanager
 def _times_as_they_were(model) -> Iterator[None]:
-    """bulk_create stamps `auto_now` and `auto_now_add` fields with the time of the copy, as save()
-    does (loaddata's raw save does not, but saves a row at a time): for the copy, the rows keep
-    theirs (when they were processed, created, last changed: retention and the console read them).
-    This process's fields only: the command's."""
+    """For the copy, the rows keep their `auto_now` and `auto_now_add` times (when processed, created, last changed),
+    which retention and the console read: bulk_create would stamp the time of the copy, as save() does. This
+    process's fields only: the command's."""
     stamped = [
         f for f in model._meta.concrete_fields if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
     ]

@@ -98,10 +98,9 @@ def enter(context: str | None) -> str | None:
 
 
 def leave(before: str | None, *, at_checkout: bool = False) -> None:
-    """Back to the role `enter` found. With `at_checkout` (a request's) a pooled connection goes
-    back to the pool with its role, as Django would return it when the request ends: the next
-    checkout applies what its user wants, so consecutive requests of one context pay nothing (and
-    a request made in-process, by the test client or `simulate`, leaves no role behind)."""
+    """Back to the role `enter` found. With `at_checkout` (a request's) a pooled connection goes back to the pool with
+    its role, as Django would return it when the request ends: the next checkout applies what its user wants, so
+    consecutive requests of one context pay nothing, and one made in-process leaves no role behind."""
     _wanted.set(before)
     conn = connections["default"]
     if at_checkout and getattr(conn, "pool", None) and not conn.in_atomic_block:
@@ -134,10 +133,9 @@ def _apply(conn) -> None:
 
 @contextmanager
 def acting_as(context: str | None) -> Iterator[None]:
-    """Run the block as `context` (None: the operator), then as before. Outside a transaction the
-    session's role changes and changes back; inside one, the transaction's (SET LOCAL), unless the
-    session acts as `context` already, which costs nothing. Through a pooler, outside a
-    transaction, the block becomes one."""
+    """Run the block as `context` (None: the operator), then as before. Outside a transaction the session's role
+    changes and changes back (through a pooler, each transaction's); inside one, the transaction's (SET LOCAL),
+    unless it acts as `context` already, which costs nothing."""
     conn = connections["default"]
     if not enabled(conn):
         yield
@@ -182,20 +180,18 @@ def acting_as(context: str | None) -> Iterator[None]:
 
 
 def each_transaction_acting_as(context: str | None):
-    """Through a pooler, `acting_as(context)`: each transaction the block begins, and each statement
-    outside one (an on_commit callback's, after the handler's transaction), runs as `context`, as
-    all of them do on a direct connection, where `enter` set the session's role. On a direct
-    connection nothing: its session keeps the role for the thread's next message."""
+    """Through a pooler, `acting_as(context)`: each transaction the block begins, and each statement outside one (an
+    on_commit callback's), runs as `context`, as on a direct connection, where `enter` set the session's role.
+    On a direct connection nothing: its session keeps the role for the thread's next message."""
     if settings.OUTBOX_TRANSACTION_POOLER and enabled(connections["default"]):
         return acting_as(context)
     return nullcontext()
 
 
 def _per_transaction(execute, sql, params, many, context):
-    """An execute_wrapper, through a pooler: a transaction this thread begins is first given the
-    role it wants (`SET LOCAL ROLE`, ending with it), and a statement outside any transaction
-    becomes one, so that it runs under the role too (BEGIN, SET LOCAL, it, COMMIT). A transaction
-    begun before the block (a test's) is left as it is: its role is its own business."""
+    """An execute_wrapper, through a pooler: a transaction this thread begins is first given the role it wants (`SET
+    LOCAL ROLE`), and a statement outside any transaction becomes one, to run under the role too (BEGIN, SET LOCAL,
+    it, COMMIT). A transaction begun before the block (a test's) is left as it is: its role is its own business."""
     conn = context["connection"]
     if _wanted.get() is OPERATOR:
         return execute(sql, params, many, context)
@@ -227,15 +223,14 @@ def _aborted(conn) -> bool:
 
 
 def set_search_path_and_role(sender, connection, **kwargs) -> None:
-    """connection_created, sent for a new connection and for each checkout from a pool.
-
-    Every connection sees every schema: the models' unqualified tables are found wherever their
-    context's schema is. The database's own setting (own_schemas) gives it to new sessions; this
-    covers one opened before, or a role that may not ALTER DATABASE; once for each psycopg
-    connection. Not through a pooler: its server sessions have the database's, and a SET would
-    follow one to another client. Then the role this thread wants (`enter`)."""
+    """On connection_created (a new connection, or a checkout from a pool): every schema on the search path, so that
+    the models' unqualified tables are found wherever their context's schema is; then the role this thread wants."""
+    # Not through a pooler: its server sessions have the database's search path, and a SET would follow one to
+    # another client.
     if not _per_session(connection) or connection.alias not in kernel_databases():
         return  # another alias (a replica, a report's database): none of the contexts' tables
+    # The database's own setting (own_schemas) gives new sessions the path; this covers one opened before, or a role
+    # that may not ALTER DATABASE, once for each psycopg connection.
     if not getattr(connection.connection, "_outbox_search_path", False):
         with connection.cursor() as cursor:
             cursor.execute(f"SET search_path TO {search_path()}")
@@ -248,10 +243,9 @@ connection_created.connect(set_search_path_and_role, dispatch_uid="outbox.placem
 
 
 def context_roles(get_response):
-    """Middleware: a request runs under the role of the context `OUTBOX_CONTEXT_URLS` names for the
-    longest prefix of its path, anything else under the operator's (the admin, health, metrics).
-    Nothing is asked of the database here: a database that went away fails the view's first
-    query, where the API answers 503."""
+    """Middleware: a request runs under the role of the context `OUTBOX_CONTEXT_URLS` names for the longest prefix of
+    its path, anything else under the operator's (the admin, health, metrics). Nothing is asked of the database
+    here: one that went away fails the view's first query, where the API answers 503."""
     prefixes = sorted(settings.OUTBOX_CONTEXT_URLS.items(), key=lambda item: -len(item[0]))
 
     def middleware(request):

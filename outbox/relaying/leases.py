@@ -83,11 +83,9 @@ def release_claim(token: str) -> None:
 
 
 class Unsettled:
-    """What a relay could not write back because the database went away mid-round (a failover):
-    claims whose outcome it never learned, rows to give back, rows the broker confirmed that are
-    not marked yet. Settled at the start of the next round that reaches the database, instead
-    of waiting OUTBOX_RELAY_LEASE_SECONDS for the leases to run out (and sending again what the
-    broker had confirmed)."""
+    """What a relay could not write back because the database went away mid-round (a failover): claims whose outcome
+    it never learned, rows to give back, confirmed rows not yet marked. Settled by the next round that reaches the
+    database, not left for the leases to run out, which would send again what the broker had confirmed."""
 
     def __init__(self):
         self.claims: list[str] = []
@@ -121,13 +119,10 @@ def postpone(rows: list[OutboxMessage], *, seconds: float, counted: bool = False
 
 
 def seconds_until_next_due() -> float | None:
-    """Until the soonest unpublished row is due and not leased by another relay (on the
-    database's clock where there is one).
-
-    Asked after every drain and every NOTIFY, with every timer pending (join, deadline, wait
-    and confirmation timers, pickups 90 days ahead): the earliest unleased row comes first in
-    the pending index, the earliest lease first in the leased index, so two index probes
-    answer it, never a pass over the pending rows."""
+    """Seconds until the soonest unpublished row is due and not leased by another relay (on the database's clock
+    where there is one): how long the relay may sleep. Asked after every drain, however many timers are pending."""
+    # The earliest unleased row comes first in the pending index and the earliest lease first in the leased index,
+    # so two index probes answer it, never a pass over the pending rows.
     pending = OutboxMessage.objects.filter(published_at__isnull=True)
     unleased = pending.filter(claimed_until__isnull=True).order_by("available_at", "id")
     leased = pending.filter(claimed_until__isnull=False).order_by("claimed_until")

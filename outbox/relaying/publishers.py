@@ -65,11 +65,9 @@ class ChannelLost(pika.exceptions.AMQPChannelError):
 
 
 def with_enqueue_hooks(broker: dramatiq.Broker) -> bool:
-    """Whether any of the broker's middleware does something before or after an enqueue. Dramatiq
-    calls every middleware's two hooks for each message, whatever they do; the relay sends thousands
-    of copies a second, and with the middleware this project installs (none has an enqueue hook)
-    those calls were 8 % of its CPU (cProfile). Asked again for every batch: middleware added
-    later is honoured from the next one."""
+    """Whether any of the broker's middleware does something before or after an enqueue: if none does, the relay
+    skips the two hook calls Dramatiq makes for every message, which cost real CPU at thousands of copies a second.
+    Asked again for every batch, so middleware added later is honoured from the next one."""
     base = dramatiq.Middleware
     return any(
         type(middleware).before_enqueue is not base.before_enqueue
@@ -145,10 +143,9 @@ class PipelinedPublisher:
     def _packed(
         self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]
     ) -> Iterator[tuple[tuple, dramatiq.Message]]:
-        """The batch's messages, the copies bound for one queue packed `pack_size` at a time (in the
-        batch's order, so a stream's events keep theirs), each with the keys whose copies it carries.
-        Not packed while some middleware has enqueue hooks: they see each copy, as Dramatiq's enqueue
-        would show it. A key counts as sent once every message carrying one of its copies is acked."""
+        """The batch's messages, the copies bound for one queue packed `pack_size` at a time (in the batch's order,
+        so a stream's events keep theirs), each with the keys whose copies it carries. Not packed while some
+        middleware has enqueue hooks: they see each copy, as Dramatiq's enqueue would show it."""
         if self.pack_size <= 1 or self._hooked:
             yield from (((key,), message) for key, messages in batch for message in messages)
             return
@@ -163,10 +160,9 @@ class PipelinedPublisher:
                 yield keys, chunk[0][1] if len(chunk) == 1 else pack_of([message for _, message in chunk])
 
     def collect(self, *, wait: float = 0.0) -> Outcome:
-        """Keys resolved so far, after waiting up to `wait` seconds for more confirms: those whose
-        every copy was acked, those refused whose every copy is confirmed (with the queues that took
-        one), and, once the connection is lost, the error (every key still outstanding is then
-        forgotten, a refused one handed back as it stands: its row is to be sent again)."""
+        """Keys resolved so far, after waiting up to `wait` seconds for more confirms: those whose every copy was
+        acked, and those refused whose every copy is confirmed (with the queues that took one). Once the connection
+        is lost, also the error; every key still out is forgotten, a refused one handed back as it stands."""
         if self._error is None and self._pending:
             try:
                 self._process(time_limit=wait)
@@ -339,10 +335,9 @@ class PipelinedPublisher:
                 connection.close()
 
     def declare_again(self, queue: str) -> bool:
-        """Declare `queue` once more, with its delay and dead-letter queues and Dramatiq's own
-        arguments: one deleted under a running relay comes back, where Dramatiq's broker (and this
-        publisher) would declare each queue once per process. False while the broker refuses (the
-        queue's node is down); the broker's channel, closed by the refusal, opens anew at its next use."""
+        """Declare `queue` once more, with its delay and dead-letter queues and Dramatiq's own arguments, so that one
+        deleted under a running relay comes back (Dramatiq's broker and this publisher declare each once a process).
+        False while the broker refuses (the queue's node is down); its channel, closed by that, opens anew on use."""
         broker = self.broker
         try:
             for declare in (broker._declare_queue, broker._declare_dq_queue, broker._declare_xq_queue):
@@ -359,14 +354,9 @@ class PipelinedPublisher:
 
 
 class RedisPipelinedPublisher:
-    """Dramatiq's `RedisBroker.enqueue` for a whole batch in one pipeline round trip.
-
-    Each copy is enqueued by the broker's own `dispatch` script with the arguments `enqueue`
-    gives it (a fresh `redis_message_id`, the broker's heartbeat and dead-message settings), so
-    Dramatiq's workers read it unchanged; only the round trips are shared. A copy whose script
-    failed refuses its row; a lost connection leaves the whole batch unsent (nothing of a
-    pipeline is known to have run).
-    """
+    """Dramatiq's `RedisBroker.enqueue` for a whole batch in one pipeline round trip: each copy goes through the
+    broker's own `dispatch` script with the arguments `enqueue` gives it, so Dramatiq's workers read it unchanged.
+    A copy whose script failed refuses its row; a lost connection leaves the whole batch unsent."""
 
     def __init__(self, broker: RedisBroker):
         self.broker = broker
@@ -405,7 +395,7 @@ class RedisPipelinedPublisher:
         try:
             results = pipeline.execute(raise_on_error=False)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as error:
-            self._outcome.error = error
+            self._outcome.error = error  # nothing of a pipeline is known to have run: the whole batch is unsent
             return
         refused = {key for key, result in zip(keys, results, strict=True) if isinstance(result, Exception)}
         for key, result in zip(keys, results, strict=True):

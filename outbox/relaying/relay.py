@@ -126,12 +126,9 @@ class Relay:
         return total
 
     def _stream(self, stop: threading.Event | None) -> int:
-        """Claim and send while earlier copies await their confirms; mark rows as confirms arrive.
-
-        RabbitMQ confirms a copy that a consumer takes at once only when the consumer acks it,
-        after its handler ran: a relay that waited for each batch's confirms before claiming
-        the next would hold every event that commits meanwhile for a handler's duration.
-        """
+        """Claim and send while earlier copies await their confirms; mark rows as confirms arrive. RabbitMQ confirms a
+        copy a consumer takes at once only when the consumer acks it, after its handler ran: waiting for each batch's
+        confirms before claiming the next would hold every event committed meanwhile for a handler's duration."""
         in_flight: dict[tuple[int, str], OutboxMessage] = {}
         total = 0
         try:
@@ -187,11 +184,9 @@ class Relay:
     def _isolate(
         self, rows: list[OutboxMessage]
     ) -> tuple[list[OutboxMessage], list[_SendFailed], list, Exception | None]:
-        """The broker closed the channel over a copy it will not take (over its max_message_size,
-        say), and every copy unconfirmed on the channel was lost with it: no confirm tells which row
-        it was. Send the rows again in halves until the one that closes the channel is alone; only
-        that row is a suspect. Returns what was sent, the suspects, and, should the broker be lost
-        meanwhile, the rows not yet resolved with the error."""
+        """Find the row whose copy made the broker close the channel (over its max_message_size, say), which no
+        confirm tells: send the rows again in halves until it is alone, the only suspect. Returns what was sent, the
+        suspects, and, should the broker be lost meanwhile, the rows not yet resolved with the error."""
         sent: list[OutboxMessage] = []
         suspects: list[_SendFailed] = []
         groups = [rows[: len(rows) // 2], rows[len(rows) // 2 :]] if len(rows) > 1 else [rows]
@@ -411,11 +406,8 @@ class Relay:
         once: bool = False,
         on_progress: Callable[["Relay"], None] | None = None,
     ) -> None:
-        """Relay until `stop` is set (or, with `once`, until what is due is sent).
-
-        An outage of the broker or the database is logged once when it starts and once when
-        it ends, and retried with exponential backoff in between.
-        """
+        """Relay until `stop` is set (or, with `once`, until what is due is sent). An outage of the broker or the
+        database is logged once when it starts and once when it ends, and retried with exponential backoff between."""
         waiter = wake_up.waiter(stop)
         outage_since: float | None = None
         backoff = 0.5
