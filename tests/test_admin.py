@@ -65,9 +65,7 @@ def test_the_dead_letter_list_opens_on_the_open_letters_and_names_a_missing_even
 
 
 @pytest.mark.parametrize("page", ["outboxmessage/", "inboxmessage/", "deadletter/", "outboxmessage/overview/"])
-def test_with_one_database_the_kernels_pages_offer_no_choice_of_one_and_a_database_named_in_a_link_is_ignored(
-    admin_client, page
-):
+def test_with_one_database_the_kernels_pages_offer_no_choice_of_database(admin_client, page):
     """The choice of database (outbox.console.database_choice) is for a context on a database of
     its own (tests/e2e/test_context_database.py): with one, a link naming a database another
     deployment has still opens the page, on `default`, rather than Django's "?e=1" of a lookup it

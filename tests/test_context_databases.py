@@ -56,7 +56,7 @@ def test_an_event_a_context_declares_outside_its_events_module_is_said_at_start(
         _contracts.pop(("drone.misplaced_for_the_check", 1), None)
 
 
-def test_a_handler_nested_deep_in_its_app_or_in_an_app_of_another_label_has_its_inbox_on_its_apps_database(settings):
+def test_a_nested_or_relabelled_handler_has_its_inbox_on_its_apps_database(settings):
     """A subscriber's inbox, cursors and letters go to its context's database, and its handler's
     writes to its app's (the router, by app label): two names for one context would put the inbox
     on one database and the state on another, no longer one transaction."""

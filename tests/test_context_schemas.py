@@ -95,9 +95,7 @@ def server_sessions_start_again() -> None:
 
 
 @pytest.mark.postgres
-def test_a_handler_runs_under_its_contexts_role_and_postgresql_refuses_it_another_contexts_table(
-    probe_is_a_context, worker, broker
-):
+def test_a_handler_under_its_contexts_role_is_refused_another_contexts_table(probe_is_a_context, worker, broker):
     def deliver(subscriber: str, body: dict) -> None:
         broker.enqueue(message_to(subscriber, body))
 
@@ -118,7 +116,7 @@ def test_a_handler_runs_under_its_contexts_role_and_postgresql_refuses_it_anothe
 @pytest.mark.postgres
 @pytest.mark.parametrize("per_transaction", [False, True], ids=["as deployed", "per transaction"])
 @pytest.mark.parametrize("packed", [False, True], ids=["alone", "in a pack"])
-def test_what_a_handler_asks_to_run_on_commit_runs_under_its_contexts_role_through_a_pooler_too(
+def test_on_commit_callbacks_keep_the_contexts_role_through_a_pooler(
     probe_is_a_context, worker, broker, settings, per_transaction, packed
 ):
     """On a direct connection the session keeps the context's role after the handler's transaction
@@ -340,7 +338,7 @@ def _as_role(context: str, sql: str, params=()) -> str | None:
 
 
 @pytest.mark.postgres
-def test_a_contexts_role_reaches_no_further_than_its_rows_into_the_kernels_counters_heartbeats_and_locks(
+def test_a_contexts_role_reaches_no_further_than_its_rows_of_the_kernels_tables(
     transactional_db,
 ):
     """Under its own role (a handler, the API) a context could rewind or delete another's stream

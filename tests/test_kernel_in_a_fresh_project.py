@@ -227,7 +227,7 @@ def throwaway_database() -> Iterator[dict]:
 
 
 @pytest.mark.embedded  # the same processes whatever servers the run was given: CI runs it once
-def test_through_the_embedded_broker_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(project):
+def test_on_the_embedded_broker_an_event_is_handled_once_and_poison_is_a_letter(project):
     """Stopped with Ctrl-C, as the guide says: the relay, the workers and the embedded broker's
     redis-server, which the last of them to leave stops (it stayed, adopted by init, every time)."""
     broker_file = project.parent / "broker.rdb"

@@ -173,7 +173,7 @@ def test_with_a_monitoring_token_metrics_and_readiness_answer_only_its_holder(se
 
 
 @pytest.mark.django_db
-def test_the_monitoring_token_is_read_as_written_whatever_the_schemes_case_and_stray_whitespace(settings):
+def test_the_monitoring_token_is_read_whatever_its_schemes_case_and_whitespace(settings):
     settings.MONITORING_TOKEN = "a-long-random-monitoring-token\n"  # as a secret file leaves it
 
     for authorization in (

@@ -70,7 +70,7 @@ def test_open_letters_of_a_refused_payload_are_grouped_again_by_their_errors_not
     assert fingerprints == [grouped, grouped, "old2"]
 
 
-def test_a_delivery_kept_with_its_first_answer_is_answered_the_same_after_it_keeps_what_was_accepted(
+def test_a_kept_first_answer_is_answered_the_same_once_migrated(
     transactional_db,
 ):
     """deliveries 0011: the kept 202 body becomes what was accepted, from which a repeat's answer

@@ -77,7 +77,7 @@ def test_a_row_written_on_the_primary_reaches_the_read_only_replica(postgres_pai
     assert pair.which_is_primary() == "primary" and pair.primary_answers()
 
 
-def test_after_the_primary_crashes_the_promoted_replica_takes_writes_through_the_multi_host_url():
+def test_after_a_primary_crash_the_promoted_replica_takes_writes():
     with PostgresPrimaryWithReplica(synchronous=True) as pair:
         with pair.connect("primary") as primary:
             assert primary.execute("SELECT sync_state FROM pg_stat_replication").fetchall() == [("sync",)]

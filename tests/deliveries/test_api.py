@@ -37,9 +37,7 @@ def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(cu
     assert all(t.available_at > event.available_at for t in timers)
 
 
-def test_repeating_an_idempotency_key_with_the_same_request_answers_the_first_answer_and_creates_nothing(
-    customer, caplog
-):
+def test_a_repeated_idempotency_key_gets_the_first_answer_and_creates_nothing(customer, caplog):
     caplog.set_level(logging.INFO, logger="deliveries.api")
     body = delivery_request()
     first = customer.request(body, **{"Idempotency-Key": "k1"})
@@ -288,7 +286,7 @@ def test_unreadable_bodies_get_a_4xx_naming_what_is_wrong(customer, case, data, 
     assert Delivery.objects.count() == 0
 
 
-def test_a_chunked_body_the_server_cannot_read_is_a_411_naming_content_length_not_a_wrong_field(customer):
+def test_an_unreadable_chunked_body_is_a_411_naming_content_length(customer):
     """A body sent chunked (no Content-Length) was read as empty: `body: Field required`.
     runserver cannot read one (gunicorn can: tests/e2e/test_production_mode.py)."""
     chunked = {"HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_LENGTH": ""}

@@ -263,7 +263,7 @@ def test_only_a_lost_connection_counts_as_the_store_unreachable(error, unreachab
     assert store_unreachable(error) is expected
 
 
-def test_a_redis_store_that_accepts_connections_and_never_answers_lets_requests_through_uncounted(settings):
+def test_a_redis_that_never_answers_lets_requests_through_uncounted(settings):
     """A wedged Redis (or a half-open proxy in front of one) answers nothing: redis-py's time-out
     (REDIS_CACHE_OPTIONS) is the store being unreachable, as a refused connection is."""
     settings.API_RATE_LIMIT = "1/day"

@@ -31,9 +31,7 @@ def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(custom
     assert set(timeline["responses"]["200"]["content"]) == {"application/json", "image/svg+xml"}
 
 
-def test_the_delivery_page_draws_a_dead_letter_its_replay_a_duplicate_and_timers_only_while_they_matter(
-    admin_client, customer, fleet, db
-):
+def test_the_delivery_page_draws_letters_replays_duplicates_and_live_timers(admin_client, customer, fleet, db):
     delivery_id = requested(customer)
     letter = dead_letter_then_replay(delivery_id)
     first = OutboxMessage.objects.get(correlation_id=delivery_id, type="delivery.requested", target_subscriber="")

@@ -339,9 +339,7 @@ def test_the_two_ways_of_going_idle_are_serialised_by_the_waiting_lines_lock(tra
     assert Assignment.objects.get(delivery_id=second).status == "reserved"
 
 
-def test_a_freed_drone_never_takes_a_delivery_rescheduled_out_of_its_reach_between_its_look_and_its_lock(
-    transactional_db, monkeypatch
-):
+def test_a_freed_drone_never_takes_a_delivery_rescheduled_out_of_its_reach(transactional_db, monkeypatch):
     """A freed drone read the head of the waiting line unlocked, then locked it by its
     delivery alone; a reschedule committing in between (new places, out of its range) was taken."""
 

@@ -57,7 +57,7 @@ def fleet_in_every_state(db):
     return now, waiting
 
 
-def test_every_drone_is_drawn_in_its_state_a_flight_halfway_along_its_trip_and_a_waiting_pickup_with_its_wait(
+def test_the_map_draws_each_drone_in_its_state_and_each_waiting_pickup(
     fleet_in_every_state,
 ):
     now, waiting = fleet_in_every_state
@@ -87,7 +87,7 @@ def test_the_map_of_a_large_fleet_is_bounded(fleet_in_every_state):
     assert len(drawn["drones"]) == 2 and drawn["truncated"] is True
 
 
-def test_the_map_page_serves_leaflet_from_this_server_and_its_data_only_to_those_who_may_see_drones(
+def test_the_map_serves_leaflet_itself_and_its_data_only_to_who_may_see_drones(
     client, admin_client, fleet_in_every_state, settings
 ):
     settings.FLEET_MAP_TILE_URL = ""  # the no-tiles mode: a plain grid, no network

@@ -487,9 +487,7 @@ def test_returning_a_free_drone_to_service_again_offers_it_to_the_line(customer,
     assert (assignment(second).status, assignment(second).drone_id) == ("reserved", drone.pk)
 
 
-def test_a_delivery_that_waited_and_lost_its_drone_after_leaving_gets_a_timer_and_is_listed_overdue(
-    customer, one_drone, db, settings
-):
+def test_a_waiting_delivery_that_lost_its_drone_gets_a_timer_and_is_overdue(customer, one_drone, db, settings):
     settings.DELIVERY_OVERDUE_AFTER_SECONDS = 0
     first = requested(customer)
     run_choreography(correlation_id=first, hold=("drone.position_reported", "drone.arrived"))

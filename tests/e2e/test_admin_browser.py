@@ -116,9 +116,7 @@ def delivered(customer, fleet, db) -> Delivery:
     return Delivery.objects.get(pk=delivery_id)
 
 
-def test_an_operator_finds_the_overview_on_the_index_and_follows_a_delivery_to_its_drone_and_back(
-    live_server, delivered, browser
-):
+def test_an_operator_follows_a_delivery_from_the_overview_to_its_drone(live_server, delivered, browser):
     delivery_id, drone = delivered.pk, Drone.objects.get(pk=delivered.drone_id)
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})

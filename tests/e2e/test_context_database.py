@@ -335,9 +335,7 @@ def _count(rows: list[tuple]) -> int:
     return rows[0][0]
 
 
-def test_a_deployment_moves_drones_onto_a_server_of_their_own_with_their_data_and_loses_nothing_in_flight(
-    env, tmp_path
-):
+def test_drones_move_onto_a_server_of_their_own_losing_nothing_in_flight(env, tmp_path):
     """On one database first: deliveries delivered (the deliveries context has followed the drones'
     streams), then some left in the broker unhandled (the workers stopped) and some in the outbox
     unrelayed (the relay stopped too). Then, everything stopped: `migrate --database drones` and

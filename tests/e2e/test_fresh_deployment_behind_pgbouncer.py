@@ -56,9 +56,7 @@ def empty_database(pgbouncer):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_a_fresh_deployment_behind_pgbouncer_migrates_seeds_and_delivers_with_no_console_command(
-    pgbouncer, empty_database, env, tmp_path
-):
+def test_a_fresh_deployment_behind_pgbouncer_delivers(pgbouncer, empty_database, env, tmp_path):
     server = database_url.parse(settings.DATABASE_URL)
     through = database_url.url_of(server, HOST="127.0.0.1", PORT=str(pgbouncer.port), NAME=empty_database)
     direct = database_url.url_of(server, NAME=empty_database)

@@ -58,7 +58,7 @@ def test_sigterm_lets_the_relay_finish_and_exit_cleanly(env):
     assert "relay stopped" in output
 
 
-def test_a_stop_sent_to_the_whole_process_group_stops_workers_cleanly_and_takes_their_heartbeats(env, tmp_path):
+def test_a_stop_to_the_process_group_stops_workers_and_takes_their_heartbeats(env, tmp_path):
     """Ctrl-C under honcho, `kill %1` or systemd's default kill mode signal the whole group,
     so each Dramatiq worker process got SIGTERM twice (from the group, then forwarded by Dramatiq's
     main process), read the second as 'kill now' and left its heartbeat row to read 'silent'."""

@@ -89,7 +89,7 @@ def test_the_console_has_its_styles_under_gunicorn_with_debug_off(env, tmp_path)
         server.wait(30)
 
 
-def test_under_gunicorn_a_chunked_body_is_read_an_oversized_header_is_json_and_the_docs_need_no_network(env, tmp_path):
+def test_under_gunicorn_chunked_bodies_oversized_headers_and_offline_docs(env, tmp_path):
     """A JSON body sent chunked (no Content-Length) was read as empty, a 422 naming `body`;
     a header over 8 KB got gunicorn's HTML 431; /api/docs loaded Swagger UI from a CDN, a blank
     page without the internet."""
@@ -133,9 +133,7 @@ def json_lines(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_under_log_format_json_every_line_of_every_process_is_json_and_each_handled_message_has_one(
-    env, fleet, tmp_path
-):
+def test_under_log_format_json_every_process_logs_only_json(env, fleet, tmp_path):
     production = {
         **production_env(env, tmp_path),
         "LOG_FORMAT": "json",

@@ -109,9 +109,7 @@ def test_deliveries_go_on_while_the_queues_leader_is_stopped_and_another_node_is
     assert max(took) <= BOUND_SECONDS
 
 
-def test_a_few_hundred_rows_in_flight_through_a_quorum_leaders_loss_all_arrive_and_none_is_set_aside(
-    env, rabbitmq_cluster, tmp_path
-):
+def test_rows_in_flight_through_a_quorum_leaders_loss_all_arrive(env, rabbitmq_cluster, tmp_path):
     """After a nack (a quorum queue losing its leader) the relay went on sending on the
     channel that nacked, which kept nacking that queue's copies for as long as anything was in
     flight on it, and a streaming relay under load always has something in flight: its rows used up

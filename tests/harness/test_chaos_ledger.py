@@ -129,7 +129,7 @@ def test_on_a_cluster_of_its_own_the_plan_also_stops_and_kills_broker_nodes():
     ]  # on the configured broker, nodes are not the rig's to stop
 
 
-def test_on_a_database_replica_of_its_own_the_plan_fails_the_database_over_once_and_changes_nothing_else():
+def test_with_a_replica_the_plan_fails_the_database_over_once_and_nothing_else():
     import random
 
     plain = plan_faults(random.Random(7), duration=60, per_kind=2, broker_is_rabbitmq=True)

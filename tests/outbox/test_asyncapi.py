@@ -123,7 +123,7 @@ def test_the_command_writes_the_document_where_it_is_told(tmp_path, capsys):
     assert printed.endswith(CHECKED_IN.read_text())
 
 
-def test_each_message_is_defined_once_in_the_components_and_referenced_from_its_channel_and_operations():
+def test_each_message_is_defined_once_and_referenced_from_its_channel():
     document = from_the_code()
     defined = document["components"]["messages"]
 
@@ -145,7 +145,7 @@ def test_each_message_is_defined_once_in_the_components_and_referenced_from_its_
     assert all(defined[name]["name"] == document["channels"][key]["address"] for name, (key, _) in by_channel.items())
 
 
-def test_title_version_and_servers_come_from_the_settings_and_no_credential_reaches_the_document():
+def test_the_document_takes_the_settings_and_no_credential():
     with override_settings(
         OUTBOX_ASYNCAPI_TITLE="Orders and invoices",
         OUTBOX_ASYNCAPI_VERSION="3.1.4",

@@ -54,9 +54,7 @@ def test_a_message_whose_letter_cannot_be_written_stays_in_xq_for_the_next_sweep
     assert waiting_in(broker, xq) == 0
 
 
-def test_an_envelope_in_a_pack_only_another_subscriber_processed_still_gets_this_subscribers_letter(
-    broker, transactional_db
-):
+def test_a_packed_envelope_another_subscriber_processed_still_gets_a_letter(broker, transactional_db):
     """Each subscriber has its own inbox: probe_b having processed an event is nothing to probe_a."""
     processed_by_b, processed_by_none = envelopes(2)
     assert dispatch(subscriber="probe_b", body=processed_by_b) is Outcome.PROCESSED

@@ -293,9 +293,7 @@ def test_a_message_without_an_envelope_argument_is_a_dead_letter_at_once_not_dra
 
 
 @pytest.mark.rabbitmq
-def test_a_message_that_is_not_dramatiqs_ends_as_an_unreadable_dead_letter_not_only_in_the_broker(
-    worker, broker, start_relay, settings
-):
+def test_a_message_that_is_not_dramatiqs_is_an_unreadable_dead_letter(worker, broker, start_relay, settings):
     """Bytes Dramatiq cannot decode were rejected into the queue's .XQ, and stayed there:
     the relay's sweeper now moves what waits there into the store, acknowledged once recorded."""
     import pika

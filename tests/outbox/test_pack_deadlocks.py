@@ -216,9 +216,7 @@ def test_an_envelope_postgresql_rolls_back_at_a_deadlock_between_handlers_is_ret
 
 
 @pytest.mark.rabbitmq
-def test_an_ordered_envelope_rolled_back_at_a_deadlock_is_stale_if_a_later_event_of_its_stream_goes_first(
-    transactional_db, broker, locking_probe
-):
+def test_an_ordered_deadlock_victim_is_stale_if_its_stream_moved_on(transactional_db, broker, locking_probe):
     """The same deadlock, of an ordered handler: A's T#1 is rolled back, and retried alone while A
     commits the rest, T's cursor still at 0. T#2, come meanwhile, is applied (a gap); T#1's retry
     then finds T past it and is dropped as stale, with no letter: its handler never takes effect.

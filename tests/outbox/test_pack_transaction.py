@@ -63,9 +63,7 @@ def test_with_pack_transactions_turned_off_each_envelope_has_a_transaction_of_it
 
 
 @pytest.mark.postgres
-def test_an_envelope_that_fails_in_a_pack_is_rolled_back_alone_and_its_neighbours_commit_together(
-    worker, broker, settings
-):
+def test_an_envelope_failing_in_a_pack_is_rolled_back_alone(worker, broker, settings):
     """Its handler wrote a row, then caught a statement the database refused: the row is rolled back,
     its dead letter (no retries left) is kept, and the two around it commit with the letter."""
     settings.OUTBOX_MAX_RETRIES = 0
@@ -108,7 +106,7 @@ def test_an_envelope_twice_in_one_pack_takes_effect_once(worker, broker):
     [(False, 1), (True, 2)],
     ids=["outside effects declared: sent once", "not declared: sent again"],
 )
-def test_a_neighbour_that_loses_the_packs_transaction_never_has_a_declared_outside_effect_repeated(
+def test_a_rolled_back_neighbour_never_repeats_a_declared_outside_effect(
     worker, broker, caplog, carelessly, times_sent
 ):
     """probe_b sends something out of the database, then its neighbour in the pack has the database
@@ -196,7 +194,7 @@ def flaky(n: int) -> dict:
     return an_envelope("probe.flaky", {"n": n}).model_dump(mode="json")
 
 
-def test_a_letter_of_a_messages_first_copy_in_a_pack_is_closed_once_its_second_copy_is_processed(
+def test_a_first_copys_letter_is_closed_when_its_second_copy_is_processed(
     transactional_db, broker, failing_first, settings
 ):
     """The first copy fails with no retries left and is dead-lettered; the second is processed in the
@@ -352,9 +350,7 @@ def test_an_ordered_handlers_envelopes_of_several_streams_share_the_packs_transa
 
 
 @pytest.mark.postgres
-def test_two_packs_of_an_ordered_handler_with_streams_in_opposite_orders_wait_for_each_other_never_deadlock(
-    transactional_db, broker, ordered_probe
-):
+def test_two_ordered_packs_of_opposite_stream_orders_never_deadlock(transactional_db, broker, ordered_probe):
     """The first pack holds S and T before its first handler runs, so the second, T then S, waits
     for it to commit. Holding each stream's cursor only as its envelope came, each pack held one and
     waited for the other's: PostgreSQL broke the deadlock by rolling one back, and on its second pass
@@ -410,7 +406,7 @@ def test_a_pass_rolled_back_keeps_its_streams_so_no_later_event_of_them_is_appli
     assert not StreamCursor.objects.filter(stream="U", last_sequence__gt=0).exists()
 
 
-def test_what_a_rolled_back_pass_asked_to_run_on_commit_never_runs_and_its_neighbours_runs_once(
+def test_a_rolled_back_pass_on_commit_never_runs_and_its_neighbours_runs_once(
     transactional_db, broker, ordered_probe, settings
 ):
     """S#1's handler runs in both passes, U#1's in the first, which is rolled back to the pack's
@@ -426,7 +422,7 @@ def test_what_a_rolled_back_pass_asked_to_run_on_commit_never_runs_and_its_neigh
 
 
 @pytest.mark.postgres
-def test_a_lone_copy_of_a_message_in_a_pack_waits_for_the_pack_and_is_a_duplicate_never_a_deadlock(
+def test_a_lone_copy_of_a_packed_message_is_a_duplicate_never_a_deadlock(
     transactional_db, broker, ordered_probe, settings
 ):
     """A copy of S#1 comes alone (the sweep's, a relay's second send) while its pack handles it: it
@@ -512,7 +508,7 @@ def test_a_pack_holds_a_stream_whose_cursor_exists_already_so_an_event_come_alon
 
 
 @pytest.mark.postgres
-def test_a_pass_that_loses_its_session_is_handled_again_in_a_new_transaction_that_holds_the_streams_again(
+def test_a_pass_that_loses_its_session_is_redone_holding_its_streams_again(
     transactional_db, broker, ordered_probe, settings
 ):
     """The savepoint went with the session: the pack takes a new connection, writes its rows and holds

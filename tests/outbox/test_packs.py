@@ -95,9 +95,7 @@ def enqueues(broker):
 
 
 @pytest.mark.rabbitmq
-def test_the_copies_a_relay_claims_together_for_one_queue_travel_in_packs_of_at_most_the_pack_size(
-    broker, transactional_db, settings
-):
+def test_copies_for_one_queue_travel_in_packs_of_at_most_the_pack_size(broker, transactional_db, settings):
     settings.OUTBOX_RELAY_PACK_SIZE = 4
     sent = envelopes(6)
 
@@ -393,7 +391,7 @@ def test_a_retry_the_broker_refuses_to_enqueue_costs_the_other_envelopes_nothing
 
 
 @pytest.mark.parametrize("the_packs_retry", ["taken", "refused too"])
-def test_an_envelope_whose_retry_the_broker_refuses_is_handled_through_the_packs_retry_or_the_sweep(
+def test_an_envelope_whose_retry_is_refused_is_handled_by_the_sweep(
     worker, broker, enqueues, settings, the_packs_retry
 ):
     """The broker refuses a failing envelope's retry: the pack raises once the others are handled, and

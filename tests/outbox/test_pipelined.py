@@ -120,7 +120,7 @@ def test_a_connection_cut_mid_batch_marks_only_rows_whose_every_copy_was_confirm
     assert effects_per_message() == {1: 200}
 
 
-def test_a_cut_while_more_batches_are_in_flight_releases_them_and_the_drain_resumes_exactly_once(worker, broker):
+def test_a_cut_with_batches_in_flight_releases_them_and_drains_once(worker, broker):
     # Cut in the third batch's copies, with whatever else was claimed meanwhile in flight.
     relay, proxy = a_relay_cut_off(rows=40, cut_after=45, window=100, batch_size=10)
     try:
@@ -229,7 +229,7 @@ class AcksReadLate(PipelinedPublisher):
         return outcome
 
 
-def test_a_refused_row_is_handed_back_once_every_copy_of_it_is_confirmed_naming_every_queue_that_took_one():
+def test_a_refused_row_is_handed_back_once_every_copy_is_confirmed():
     """Each row's first copy goes to a deleted queue and comes back; its second goes to a live queue,
     whose ack is read after the return. Handed back at the return, a row named no queue as reached
     (`frozenset()` in `acked`, as test_a_copy_the_broker_returns_never_counts_as_delivered_... once
@@ -354,9 +354,7 @@ def copies_in(queue: str, broker) -> int:
         return copies
 
 
-def test_a_queue_deleted_under_a_running_relay_is_declared_again_and_the_others_get_each_row_once(
-    broker, transactional_db, delete_queue
-):
+def test_a_queue_deleted_under_a_relay_is_declared_again(broker, transactional_db, delete_queue):
     """The relay declares each queue once; one deleted under it returned every copy for
     ever, and each try sent the waiting rows again to every subscriber they had reached."""
     healthy, down = queue_name("probe_a"), queue_name("probe_b")

@@ -210,7 +210,7 @@ def test_an_envelope_is_refused_exactly_when_its_serialized_size_is_over_the_bou
     assert 0 < OutboxMessage.objects.filter(stream="ping:size").count() < n + 1
 
 
-def test_what_an_envelope_holds_beside_its_payload_stays_under_the_bound_the_size_check_assumes():
+def test_an_envelopes_fields_beside_its_payload_stay_under_the_size_bound():
     """The longest type and stream the columns hold, every character escaped, a full trace context."""
     longest = OutboxMessage(
         message_id=uuid.uuid4(),
@@ -262,7 +262,7 @@ def test_a_value_the_database_refuses_is_djangos_data_error_as_from_the_orm():
 
 @pytest.mark.django_db
 @pytest.mark.postgres
-def test_each_statement_shape_is_built_once_and_taken_only_for_its_own_rows_whatever_ran_before(monkeypatch):
+def test_each_statement_shape_is_built_once_and_used_only_for_its_rows(monkeypatch):
     """The INSERT's text is cached by its shape: how many rows, and which of them are due now (the
     database's clock written into the SQL) or scheduled (their time bound). Started from an empty
     cache, shapes of the same length but other due rows must not share a statement: a scheduled

@@ -315,9 +315,7 @@ class DatabaseGoneBeforeTheMark(Relay):
 
 
 @pytest.mark.postgres
-def test_copies_confirmed_while_the_database_went_away_are_marked_at_the_next_round_not_sent_again(
-    broker, transactional_db
-):
+def test_copies_confirmed_while_the_database_was_away_are_not_sent_again(broker, transactional_db):
     ping(n=1)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")

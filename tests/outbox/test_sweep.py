@@ -59,9 +59,7 @@ def test_a_message_purged_from_its_queue_is_sent_again_and_takes_effect_once(bro
     assert sweep_unacknowledged().looked_at == 0  # settled rows are never read again
 
 
-def test_a_subscriber_that_never_acknowledges_gets_a_bounded_number_of_copies_then_a_dead_letter(
-    broker, transactional_db, no_grace
-):
+def test_a_subscriber_that_never_acks_gets_bounded_copies_then_a_letter(broker, transactional_db, no_grace):
     ping(n=1)
     relay = Relay(broker=broker)
     relay.drain()  # no worker runs: nobody ever acknowledges

@@ -55,7 +55,7 @@ def test_a_ready_package_goes_in_transit_then_delivered():
     assert state(delivery_id) == ("delivered", "")
 
 
-def test_a_completion_handled_before_the_dispatch_delivers_it_and_the_late_dispatch_changes_nothing():
+def test_a_completion_before_its_dispatch_delivers_and_the_late_dispatch_changes_nothing():
     delivery_id = a_package()
     services.mark_delivered(delivery_id=delivery_id)
     assert state(delivery_id) == ("delivered", "")
