@@ -121,14 +121,16 @@ def test_a_rolled_back_neighbour_never_repeats_a_declared_outside_effect(
     caplog.set_level(logging.INFO, logger="outbox.handling.dispatch")
     broker.enqueue(pack_of([message_to("probe_b", envelope) for envelope in [sending, breaking]]))
 
+    def processed():  # said once committed: the worker's thread logs just after the inbox rows show
+        return [r for r in caplog.records if getattr(r, "outcome", "") == "processed"]
+
     wait_until(
-        lambda: InboxMessage.objects.filter(subscriber="probe_b").count() == 2,
+        lambda: InboxMessage.objects.filter(subscriber="probe_b").count() == 2 and len(processed()) >= 2,
         timeout=30,
-        what="both envelopes to be processed, the one that lost the connection retried alone",
+        what="both envelopes to be processed and said so, the one that lost the connection retried alone",
     )
     assert probe.sent_outside[n] == times_sent
-    processed = [r for r in caplog.records if getattr(r, "outcome", "") == "processed"]
-    assert sorted(r.message_id for r in processed) == sorted([sending["message_id"], breaking["message_id"]])
+    assert sorted(r.message_id for r in processed()) == sorted([sending["message_id"], breaking["message_id"]])
     assert settings.OUTBOX_PACK_TRANSACTION  # the default: the repeat above is the shared transaction's
 
 
