@@ -10,8 +10,9 @@ other module of it but `outbox.ops`. Each name loads on first use, so a context'
 import this module before Django's apps are ready.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from outbox.core.surfaces import Surface
 
 # name -> (module, attribute): the one list of what the kernel promises its contexts.
 SURFACE: dict[str, tuple[str, str]] = {
@@ -61,14 +62,11 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
 ]
 
 
-def __getattr__(name: str):
-    try:
-        module, attribute = SURFACE[name]
-    except KeyError:
-        raise AttributeError(f"outbox.api has no {name!r}: the kernel's surface is {', '.join(__all__)}") from None
-    value = getattr(import_module(module), attribute)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
+_SURFACE = Surface(__name__, SURFACE, offers="the kernel's surface is")
+
+
+def __getattr__(name: str) -> object:
+    return _SURFACE.load(name)
 
 
 def __dir__() -> list[str]:

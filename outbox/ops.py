@@ -5,8 +5,9 @@ processes and queues, and the admin's wiring (ReadOnlyAdmin, timeline_link, acti
 guide's Operations page says what each does. Each name loads on first use, as `outbox.api`'s do.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from outbox.core.surfaces import Surface
 
 # name -> (module, attribute): the one list of what the kernel promises the deployable.
 SURFACE: dict[str, tuple[str, str]] = {
@@ -48,14 +49,11 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
 ]
 
 
-def __getattr__(name: str):
-    try:
-        module, attribute = SURFACE[name]
-    except KeyError:
-        raise AttributeError(f"outbox.ops has no {name!r}: it offers {', '.join(__all__)}") from None
-    value = getattr(import_module(module), attribute)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
+_SURFACE = Surface(__name__, SURFACE, offers="it offers")
+
+
+def __getattr__(name: str) -> object:
+    return _SURFACE.load(name)
 
 
 def __dir__() -> list[str]:
