@@ -1,26 +1,14 @@
 """Per-customer rate limits on the API, through django-ninja's throttling hook.
 
-Requests are counted in fixed windows (`API_RATE_LIMIT`, e.g. 6000/min), in a store every web
-process shares, by an atomic increment so that concurrent requests cannot lose counts: Redis
-`INCR` when DJANGO_CACHE_URL names a Redis (Django's cache there), else one
-`INSERT … ON CONFLICT DO UPDATE … RETURNING` on a row per customer and window in the database.
+Requests are counted in fixed windows (`API_RATE_LIMIT`, e.g. 6000/min) by an atomic increment
+in a store every web process shares: Redis `INCR` when DJANGO_CACHE_URL names a Redis, else one
+`INSERT … ON CONFLICT DO UPDATE … RETURNING` per customer and window. ninja's AuthRateThrottle
+rewrites a list of timestamps whole on each call, losing counts between processes.
 
-(ninja's own AuthRateThrottle keeps a list of every request's timestamp in the cache and writes
-it back whole on each call: lost updates between processes, and a list of thousands at a
-limit of thousands.)
-
-Requests without a valid token are refused (401) before any throttle runs; a token is 256
-random bits, so guessing one is not what a rate limit is for.
-
-A store that cannot be reached lets the request through uncounted, and counts it in
-`api_rate_limit_store_failures_total{outcome="let_through"}` for an alert to watch. django-ninja
-runs throttles outside the handlers of its API, so an error raised here was Django's HTML 500
-(seen: a failover closed the connection between the token's query and this one). The request goes
-on to its own queries instead, which meet the same outage and answer the API's JSON 503 with
-Retry-After; with Redis as the store, a rate limit is a protection, not a reason to refuse every
-customer. "Cannot be reached" is a lost connection only: a lock or statement timeout, a deadlock,
-SQLite's "database is locked" are contention, which a customer flooding the API makes on its own
-counter row, and the request is refused (429, `outcome="refused"`) rather than let through.
+A store that cannot be reached (a lost connection) lets the request through uncounted and counts
+it in `api_rate_limit_store_failures_total{outcome="let_through"}`: the request's own queries
+then answer the API's JSON 503, where an error raised here would be Django's HTML 500. Contention
+(a lock or statement timeout, a deadlock, SQLite's "database is locked") refuses with 429.
 """
 
 import logging

@@ -1,16 +1,12 @@
 """The chaos rig: the real system as separate processes under injected faults, then a ledger.
 
-`manage.py chaos` creates a database and a queue prefix of its own, starts web, two relays and
-two worker processes on them, submits delivery requests through the HTTP API and, at moments
-drawn from a seeded generator, kills and restarts a relay or a worker (SIGKILL), pauses one
-(SIGSTOP for longer than the broker's heartbeat, then SIGCONT) and closes every broker
-connection. With `--rabbitmq-cluster 3` it runs on a RabbitMQ cluster of its own
-(harness/rabbitmq_cluster.py, quorum queues, every node in BROKER_URL) and also stops a node
-(SIGTERM) or kills one (SIGKILL), starting it again after the pause. With `--database-replica` its
-database is on a PostgreSQL primary with a synchronous replica of its own (harness/postgres_servers.py,
-the multi-host URL) and, once, the primary crashes and the replica is promoted (failover_database).
-When the system is quiet it
-checks the ledger (see `Ledger`), prints the verdict and removes its database and queues.
+`manage.py chaos` starts web, two relays and two workers on a database and queue prefix of its
+own, submits deliveries over HTTP and, at moments drawn from a seeded generator, kills a relay or
+a worker (SIGKILL), pauses one past the broker's heartbeat (SIGSTOP, SIGCONT) and closes every
+broker connection. `--rabbitmq-cluster 3` adds stopping and killing nodes of a cluster of its own;
+`--database-replica` puts the database on a primary with a synchronous replica and fails it over
+once. When the system is quiet it checks the ledger (`Ledger`), prints the verdict and removes
+its database and queues.
 """
 
 import contextlib

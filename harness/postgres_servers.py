@@ -1,24 +1,14 @@
 """PostgreSQL as production runs it, for tests and CI: a primary with a streaming replica (failover,
-multi-host URLs), and PgBouncer in front of a server (transaction pooling).
+multi-host URLs); PgBouncer's rig (harness/pgbouncer.py) is built on the same machinery.
 
-Both follow the RabbitMQ cluster rig (harness/rabbitmq_cluster.py): each server runs in the
-foreground (`postgres -D`, not `pg_ctl start`, which detaches it; `pgbouncer` without -d), leads a
-process group of its own, gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG) and
-is stopped by its own pid and group only. Ports come from a_free_port, never the system's 5432,
-6432 or 5672; files live in a directory the rig makes (tempfile.mkdtemp) and removes: pg-pair-XXXX/
-(primary/ and replica/ data, their logs and sockets), pgbouncer-XXXX/ (ini, userlist, log, socket).
-Every wait has a deadline; a server that fails to start raises with the tail of its log.
-
-initdb, postgres and pgbouncer refuse to run as root: as root, the rig runs them as `postgres`
-(Popen's user=, applied before the death signal is set: a change of credentials clears it) and
-gives that account the directory (pytest's tmp dirs are root's, 0700: out of the servers' reach).
-The system server on 127.0.0.1:5432 is never stopped or reconfigured (PgBouncer's default upstream).
+Like the RabbitMQ cluster rig, each server runs in the foreground in a process group of its own,
+dies with the thread that started it (PR_SET_PDEATHSIG), is stopped by its own pid only, listens
+on a free port (never 5432, which is never touched) and keeps its files in a directory the rig
+removes. As root, the servers run as `postgres`, which refuses root.
 
     with PostgresPrimaryWithReplica(synchronous=True) as pair:
         pair.url("app")  # postgresql://postgres@127.0.0.1:P1,127.0.0.1:P2/app?target_session_attrs=read-write
         pair.stop_primary(), pair.promote()  # a crash (SIGQUIT), pg_ctl promote; each returns seconds
-
-PgBouncer's rig is harness/pgbouncer.py, on the same machinery.
 """
 
 from __future__ import annotations

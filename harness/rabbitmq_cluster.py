@@ -1,33 +1,15 @@
 """A RabbitMQ cluster of its own on this machine, for tests and the chaos rig: N nodes, their own epmd, ports and data.
 
-The nodes run Debian's RabbitMQ (`/usr/lib/rabbitmq/bin`) directly, as children of the test
-process, each in its own process group, with everything under `base_dir`:
-
-    base_dir/
-      home/.erlang.cookie     the rig's cookie (HOME of every node and every rabbitmqctl call)
-      rabbitmq-env.conf       empty: /etc/rabbitmq/rabbitmq-env.conf (NODENAME=rabbit@localhost) is never read
-      enabled_plugins         `[].`: no management listener on 15672, no prometheus on 15692
-      rig1/rabbitmq.conf      listener on 127.0.0.1:<amqp port>, guest allowed from anywhere
-      rig1/mnesia/, rig1/log/, rig1/stdout.log
-
-The system node (rabbit@localhost on 5672, epmd on 4369) is never addressed: every process the
-rig starts has ERL_EPMD_PORT set to the rig's own epmd, which the rig starts first and stops last.
+The nodes run Debian's RabbitMQ directly, as children of the test process in process groups of
+their own, with their cookie, config and data under `base_dir` and an epmd of the rig's: the
+system node (rabbit@localhost on 5672) is never addressed. Nothing outlives the test process
+(stop(), an atexit hook, PR_SET_PDEATHSIG): start nodes from the test's own thread.
 
     with RabbitmqCluster(tmp_path) as cluster:
         cluster.urls              # ["amqp://guest:guest@127.0.0.1:<port>/%2F", ...]
-        cluster.stop_node(0)      # graceful (SIGTERM), waits until the process is gone and the port closed
-        cluster.start_node(0)     # same data directory: rejoins the cluster; waits for await_startup
+        cluster.stop_node(0)      # graceful (SIGTERM); start_node(0) rejoins with the same data
         cluster.kill_node(1)      # SIGKILL to the node's process group
         cluster.ctl(2, "cluster_status")
-
-Nodes are numbered from 0 (`urls[i]`, `nodes[i]`); their names are rig1@localhost, rig2@localhost, ...
-Every wait has a deadline (`timeout`, 60 s by default) and fails naming what it waited for.
-
-Nothing outlives the test process: `stop()` (and `__exit__`, also after a failure) stops the nodes,
-then SIGKILLs what is left and the epmd; an atexit hook does the same; and every process the rig
-starts gets SIGTERM from the kernel when the thread that started it ends (PR_SET_PDEATHSIG), so a
-test run killed with SIGKILL stops its nodes too. Hence: start nodes from the test's own thread,
-never from a short-lived helper thread.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Statements per handler execution and per accepted request, counted on the database in use.
 
-Every statement is a round trip, and round trips are what a handler spends its time on
-(docs/performance.md). One delivery's happy path is driven synchronously (the real dispatch,
-only the broker hop replaced): the drone first, then the package, then the flight to its end.
-BEGIN, COMMIT and savepoints count: Django's query log has them, and they are round trips too.
-`tests/test_statement_counts.py` holds the budget; `manage.py bench` prints the same table.
-
-A context's role (outbox.placement.roles) is left out: driven from here, outside a worker,
-each handler sets its context's role and gives it back (two statements); a worker's thread keeps
-it for its next message and sets it only when the context changes, and the API's pooled
-connections keep the deliveries context's, so that what a handler or a request costs there is
-what is counted, and the bench's per-delivery figures (pg_stat_database) include the switches.
+Every statement is a round trip, BEGIN, COMMIT and savepoints included. One delivery's happy path
+is driven synchronously (the real dispatch, only the broker hop replaced): the drone first, then
+the package, then the flight to its end. `tests/test_statement_counts.py` holds the budget and
+`manage.py bench` prints the same table. A context's role switch is left out: a worker's thread
+keeps its role between messages, and the bench's per-delivery figures (pg_stat_database) count it.
 """
 
 from collections import defaultdict

@@ -4,36 +4,12 @@
         h1, h2 = hosts
         h1.reach("postgres://postgres@127.0.0.1:5432/test")   # -> postgres://postgres@10.x.1.1:5432/test
         process = h1.popen([*MANAGE, "relay_outbox"], env=..., log=tmp_path / "h1-relay.log")
-        hosts.hold_replies(h1, cluster.amqp_ports)  # the broker's bytes to h1 stop, its own go on
-        hosts.cut(h1)            # its link down: nothing gets through either way, no RST
+        hosts.hold_replies(h1, cluster.amqp_ports)  # the servers' bytes to h1 stop, its own go on
+        hosts.cut(h1)            # its link down: established connections stall, no RST
         hosts.restore(h1)        # its link up again
 
-Each host is a network namespace `dd<hex>-h<i>` joined to the root namespace by a veth pair: the
-root side is 10.<x>.<i>.1/30 (the host's gateway), the host side 10.<x>.<i>.2/30, with `lo` up
-and the default route through the gateway. Processes in a namespace cannot reach the root's
-127.0.0.1, so for every port in `ports` and `tagged_ports` a forwarder (a thread of the test
-process, in the root namespace) listens on each gateway address at that port and connects to
-127.0.0.1:<port>. A host reaches PostgreSQL and the broker's nodes only over its own link.
-
-The forwarders of `tagged_ports` connect from 127.0.0.(10 + i) instead of 127.0.0.1, so a server
-tells the hosts apart (RabbitMQ's `list_connections peer_host`); PostgreSQL's trust entry covers
-127.0.0.1 alone, so its port is given in `ports`, and a host's sessions are known by their client
-ports instead (`forwarder.upstream_ports()`, pg_stat_activity.client_port).
-
-`cut(host)` sets the root side of the host's veth down: the host side loses its carrier but
-keeps its address and routes, so its established connections stall (retransmissions, no reset),
-new ones wait for a SYN-ACK that never comes, and the servers see silence. `restore(host)` sets it
-up again; connections that survived resume. `hold_replies(host)` stops passing what the servers
-send to the host, while what the host sends still gets through: a link failing one way first.
-A server's own connection ends at a forwarder, which stays up: the server learns of a cut only
-from its own timeouts (AMQP heartbeats), never from TCP, as with a peer that went silent.
-
-Every process a host starts (`popen`) runs as `ip netns exec <ns> unshare --uts`, with the
-namespace's name as its hostname (so `socket.gethostname()`, and thus each heartbeat's process
-name, says which host it runs on), in a process group of its own, and gets SIGTERM from the
-kernel when the thread that started it ends (PR_SET_PDEATHSIG). `close()` (also `__exit__` and an
-atexit hook, after a failure too) stops the processes (SIGTERM, then SIGKILL to their groups),
-the forwarders, and deletes every veth and namespace it made.
+A host reaches the servers only over its link, through forwarders (threads of the test) on its
+gateway; `tagged_ports` forwarders connect from 127.0.0.(10 + i) so RabbitMQ tells hosts apart.
 """
 
 from __future__ import annotations
@@ -368,7 +344,8 @@ class NetworkHosts:
 
     def cut(self, host: Host) -> None:
         """Pull the host's cable: the root side of its veth down. Held replies are let go (they
-        now stall on the dead link, as a server's would)."""
+        now stall on the dead link, as a server's would). A server's connection ends at a forwarder,
+        which stays up: it learns of the cut from its own timeouts (AMQP heartbeats), never from TCP."""
         ip("link", "set", host.root_veth, "down")
         host.cut_off = True
         for forwarder in host.forwarders.values():

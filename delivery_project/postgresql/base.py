@@ -1,21 +1,13 @@
 """Django's PostgreSQL backend, whose pool stops making callers wait while the database is unreachable.
 
-psycopg's pool makes every caller wait its whole `timeout` for a connection, even when each of
-its connection attempts is refused within milliseconds (no server, or, with
-target_session_attrs=read-write, no primary yet during a failover). With gunicorn's threads all
-waiting out that timeout, the requests behind them queue, and a client waits the timeout plus
-the queue for its 503. Here, while the pool's latest attempts have all failed, a caller waits
-DJANGO_DB_UNREACHABLE_TIMEOUT (0.5 s) instead: the 503 comes at once, and each thread is free
-for the next request. The first attempt that succeeds restores the full timeout.
+psycopg's pool makes each caller wait its whole `timeout` even when every connection attempt is
+refused at once (no server, or no primary yet during a failover), and gunicorn's threads queue
+behind it. While the pool's latest attempts have all failed, a caller here waits
+DJANGO_DB_UNREACHABLE_TIMEOUT (0.5 s): the 503 comes at once. A success restores the timeout.
 
-It also recognises the errors of a transaction pooler it was not told about: behind PgBouncer in
-transaction mode without DATABASE_TRANSACTION_POOLER=1, a statement prepared on one server session
-is missing (or already there) on the next, and requests fail at random with `prepared statement
-"_pg3_0" already exists` or `bind message supplies 20 parameters, but prepared statement "_pg3_2"
-requires 21`. The first such error is logged with what to set, once, and /readyz says it too.
-
-Nothing else differs from `django.db.backends.postgresql`; the pool's own counters (public
-`get_stats()`) tell whether the latest attempts failed.
+It also recognises a transaction pooler it was not told of (PgBouncer without
+DATABASE_TRANSACTION_POOLER=1: `prepared statement "_pg3_0" already exists`), logs what to set
+once, and /readyz says it too.
 """
 
 import logging

@@ -1,25 +1,13 @@
-"""`outbox.testing` as pytest fixtures, registered by the distribution (the `pytest11` entry point):
-a project that installs the kernel and pytest-django gets them with nothing to import or declare.
+"""`outbox.testing` as pytest fixtures, registered by the distribution (the `pytest11` entry point).
 
-Each fixture gives one helper of `outbox.testing` with the database access it needs (pytest-django's
-`db`, or `transactional_db` where other threads must see what the test commits):
+A project that installs the kernel and pytest-django gets `outbox_deliver`, `outbox_published`,
+`outbox_run_choreography`, `outbox_failing`, `outbox_relay_and_workers` (a relay per database and
+a Dramatiq worker in the test's process) and `outbox_wait_until_processed`, each with the database
+access it needs (`transactional_db` where other threads must see what the test commits).
 
-- `outbox_deliver`: `deliver()`, one message handed to one subscriber;
-- `outbox_published`: `published()`, what was published, as envelopes;
-- `outbox_run_choreography`: `run_choreography()`, a whole flow played in the test's process;
-- `outbox_failing`: `failing()`, a subscriber's handler made to fail within a `with` block;
-- `outbox_relay_and_workers`: a relay for each database with an outbox and a Dramatiq worker
-  running in the test's process, on the project's own broker, until the test ends;
-- `outbox_wait_until_processed`: `wait_until_processed()`, waiting on that relay and those workers.
-
-pytest loads this module before pytest-django has configured Django, so nothing here may touch
-Django, its settings or the kernel's models when it is imported: each fixture imports what it
-gives when it runs. Their names all begin `outbox_`, to keep clear of a project's own fixtures.
-
-It lives beside `outbox`, not in it, and ships in the same distribution: pytest's adapter to the
-kernel rather than a part of the Django app, it uses the kernel from outside, as a project's
-wiring does (a relay from `outbox.relaying`, the helpers from `outbox.testing`), and the kernel's
-parts, their layers and their drawing stay as they are.
+pytest loads this module before Django is configured, so each fixture imports what it gives when
+it runs. It ships beside `outbox`, not in it: pytest's adapter uses the kernel from outside, as a
+project's wiring does.
 """
 
 import threading

@@ -40,7 +40,10 @@ def test_a_contexts_events_module_may_import_it_before_djangos_apps_are_ready():
     )
 
     assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stdout.strip() == "['outbox', 'outbox.api', 'outbox.core', 'outbox.core.contracts', 'outbox.core.surfaces']"
+    assert (
+        loaded.stdout.strip()
+        == "['outbox', 'outbox.api', 'outbox.core', 'outbox.core.contracts', 'outbox.core.surfaces']"
+    )
 
 
 def test_the_contexts_surface_keeps_to_messaging_twenty_names_at_most():
