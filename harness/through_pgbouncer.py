@@ -19,17 +19,19 @@ from harness.pgbouncer import PgBouncer
 from harness.rig_processes import die_with_parent
 
 # What PgBouncer changes: claiming and relaying (leases, SKIP LOCKED), dispatch and ordering on
-# the inbox, publish, wake-ups, the admin's forms (server-side cursors), the contexts' roles, the chaos rig's short run.
+# the inbox, publish, wake-ups (the kernel's own tests, run from kernel/ on their settings), the
+# admin's forms (server-side cursors), the contexts' roles, the chaos rig's short run.
 DEFAULT_TESTS = [
-    "tests/outbox/test_relay.py",
-    "tests/outbox/test_dispatch.py",
-    "tests/outbox/test_publish.py",
-    "tests/outbox/test_wake_ups.py",
-    "tests/outbox/test_sweep.py",
+    "kernel/tests/test_relay.py",
+    "kernel/tests/test_dispatch.py",
+    "kernel/tests/test_publish.py",
+    "kernel/tests/test_wake_ups.py",
+    "kernel/tests/test_sweep.py",
     "tests/test_admin.py",
     "tests/test_context_schemas.py",  # contexts' roles per transaction, never per session
     "tests/harness/test_chaos.py",
 ]
+KERNEL = Path(__file__).resolve().parent.parent / "kernel"
 
 
 def main(argv: list[str]) -> int:
@@ -47,12 +49,27 @@ def main(argv: list[str]) -> int:
             "OUTBOX_LISTEN_DATABASE_URL": direct,
             "PGBOUNCER_ADMIN_PORT": str(bouncer.port),
         }
-        chosen = [arg for arg in argv if Path(arg.split("::")[0]).exists()]  # tests named, or only options
+        paths = [arg for arg in argv if Path(arg.split("::")[0]).exists()]  # tests named, or only options
+        options = [arg for arg in argv if arg not in paths]
         # In parallel processes, as `./dev test` runs (TEST_PROCESSES, or -n among the options).
         processes = os.environ.get("TEST_PROCESSES") or str((os.cpu_count() or 1) + 1)
         parallel = ["-n", processes, "--dist", "loadgroup"]
-        tests = [sys.executable, "-m", "pytest", *parallel, *argv, *([] if chosen else DEFAULT_TESTS)]
-        return subprocess.run(tests, env=env, preexec_fn=die_with_parent).returncode  # it ends with this one
+        status = 0
+        for kernel, tests in ((True, _kernels(paths or DEFAULT_TESTS)), (False, _projects(paths or DEFAULT_TESTS))):
+            if tests:
+                pytest = [sys.executable, "-m", "pytest", *parallel, *options, *tests]
+                ran = subprocess.run(pytest, env=env, cwd=KERNEL if kernel else None, preexec_fn=die_with_parent)
+                status = status or ran.returncode
+        return status
+
+
+def _kernels(paths: list[str]) -> list[str]:
+    """The kernel's tests among `paths`, as kernel/ (where their settings are) names them."""
+    return [path.removeprefix("kernel/") for path in paths if path.startswith("kernel/")]
+
+
+def _projects(paths: list[str]) -> list[str]:
+    return [path for path in paths if not path.startswith("kernel/")]
 
 
 if __name__ == "__main__":

@@ -1,180 +1,33 @@
-import os
-import threading
+"""This project's fixtures: customers, a fleet, the processes' environment and the rigs of its own
+servers; the kernel's (a broker of this run's own, a worker, relays, the run rules) are outbox_tests.plugin's."""
 
-import dramatiq
-import pika
+import os
+
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from drones.services import seed_fleet
-from outbox.core.brokers import describe, reconnected_if_lost
-from outbox.core.subscriptions import queue_name, routing_table
-from outbox.relaying.relay import Relay
 from tests.factories import BASE, Customer
 from tests.processes import listen_url_env, test_database_url
-from tests.servers import NOT_GIVEN, SERVERS, skip_unless_given
+
+pytest_plugins = ["outbox_tests.plugin"]
 
 # The guide's app (docs/adding-a-context.md) is installed only by its own settings, in a run of its
 # own (tests/test_adding_a_context.py starts it); every other run leaves its tests out.
 collect_ignore = [] if os.environ.get("DJANGO_SETTINGS_MODULE") == "tests.guide.settings" else ["guide"]
-
-RUNNING_IN_CI = os.environ.get("CI") == "true"
-
-
-def pytest_report_header(config):
-    db = settings.DATABASES["default"]
-    return [
-        f"database: {db['ENGINE'].rsplit('.', 1)[-1]} {db.get('HOST') or ''} {db['NAME']} (tests use a throwaway copy)",
-        f"broker: {describe(settings.BROKER_URL)} (queue prefix {settings.OUTBOX_QUEUE_PREFIX!r}, deleted at the end)",
-    ]
-
-
-def pytest_runtest_setup(item):
-    for marker in SERVERS:
-        if item.get_closest_marker(marker):
-            skip_unless_given(marker)
-
 
 # Tests on one session-wide rig run in one pytest-xdist process (--dist loadgroup), which starts
 # the rig once: a cluster of three RabbitMQ nodes each, or a PostgreSQL pair, is no small thing.
 RIG_GROUPS = {"rabbitmq_cluster": "rabbitmq-cluster", "postgres_pair": "postgres-rigs", "pgbouncer": "postgres-rigs"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own reads the groups, and pytest-django's sort
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own reads the groups
 def pytest_collection_modifyitems(items):
-    # The slow ones first: pytest-django's sort by kind of database use (which keeps a test that
-    # empties the tables after those that rely on migrated rows) is stable, so they stay first of
-    # their kind, and the processes of a parallel run start on them rather than end on them.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
         for fixture, group in RIG_GROUPS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
-
-
-def pytest_collection_finish(session):
-    """Under --dist loadgroup pytest-xdist marks each grouped test's node id with its group; when it
-    does not (pytest-dev/pytest-xdist#1386), every rig would be started once per process."""
-    if session.config.getvalue("loadgroup") if hasattr(session.config.option, "loadgroup") else False:
-        lost = [
-            item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
-        ]
-        if lost:
-            raise pytest.UsageError(
-                f"pytest-xdist lost the groups of {len(lost)} test(s), {lost[0]} first: see pyproject.toml"
-            )
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session, exitstatus):
-    """Under CI=true a skipped test fails the run. The one exception is the embedded step (the
-    README's `./dev test` as a newcomer runs it: no DATABASE_URL, no BROKER_URL), where a test that
-    needs a server the run was not given skips, saying so; the server steps, given the servers,
-    run each of those and allow no skip at all."""
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = reporter.stats.get("skipped", []) if reporter else []
-    embedded = not (os.environ.get("DATABASE_URL") or os.environ.get("BROKER_URL"))
-    unexpected = [report for report in skipped if not (embedded and NOT_GIVEN in str(report.longrepr))]
-    if RUNNING_IN_CI and unexpected:
-        reporter.ensure_newline()
-        reporter.write_line(f"CI=true: {len(unexpected)} skipped test(s) fail the run", red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-@pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
-    """pytest-django's throwaway database; behind `./dev test-pgbouncer`, PgBouncer's idle server
-    connections to it are closed at the end, or Django could not drop it (harness/through_pgbouncer.py).
-    Those PgBouncer opened while `migrate` ran, before the contexts' schemas, are migrate's own to end."""
-    yield
-    if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
-        from harness.pgbouncer import PgBouncer
-
-        with django_db_blocker.unblock():
-            connection.close()
-            if getattr(connection, "pool", None):
-                connection.close_pool()
-        PgBouncer(port=int(port)).close_server_connections(connection.settings_dict["NAME"])
-
-
-@pytest.fixture(scope="session")
-def _broker_queues_deleted_at_end(django_db_setup):
-    broker = dramatiq.get_broker()
-    yield broker
-    delete_run_queues(broker)
-
-
-def delete_run_queues(broker: dramatiq.Broker) -> None:
-    reconnected_if_lost(broker)
-    subscribers = {sub.subscriber for subs in routing_table().values() for sub in subs}
-    names = [queue_name(s) for s in subscribers]
-    if hasattr(broker, "channel"):  # RabbitMQ
-        from dramatiq.common import dq_name, xq_name
-
-        for name in names:
-            for queue in (name, dq_name(name), xq_name(name)):
-                broker.channel.queue_delete(queue)
-    elif hasattr(broker, "client"):  # Redis
-        for key in broker.client.scan_iter(f"{broker.namespace}*"):
-            broker.client.delete(key)
-    broker.close()
-
-
-@pytest.fixture
-def broker(_broker_queues_deleted_at_end):
-    broker = _flushed(_broker_queues_deleted_at_end)
-    yield broker
-    _flushed(broker)
-
-
-def _flushed(broker: dramatiq.Broker) -> dramatiq.Broker:
-    """Every queue of this run emptied, on a connection opened again if it was lost. A fault test
-    may have closed every broker connection of this run; RabbitMQ closes them asynchronously, so
-    the close can land just after reconnected_if_lost looked (seen in CI: StreamLostError in the
-    next test's set-up)."""
-    try:
-        reconnected_if_lost(broker).flush_all()
-    except pika.exceptions.AMQPConnectionError:
-        del broker.connection
-        broker.flush_all()
-    return broker
-
-
-@pytest.fixture
-def worker(broker, transactional_db):
-    """A real Dramatiq worker consuming every subscriber queue, in this process."""
-    worker = dramatiq.Worker(broker, worker_threads=8, worker_timeout=100)
-    worker.start()
-    yield worker
-    worker.stop(timeout=10_000)
-
-
-@pytest.fixture
-def start_relay(worker, broker):
-    """Start a relay beside the running worker, as in production; stopped after the test."""
-    stop, threads = threading.Event(), []
-
-    def relay():
-        try:
-            Relay(broker=broker).run(stop=stop)
-        finally:
-            connection.close()
-
-    def start():
-        threads.append(threading.Thread(target=relay, daemon=True))
-        threads[-1].start()
-
-    yield start
-    stop.set()
-    for thread in threads:
-        thread.join(10)
-
-
-@pytest.fixture
-def system(start_relay):
-    start_relay()
 
 
 @pytest.fixture

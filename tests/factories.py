@@ -1,6 +1,5 @@
-"""What tests build again and again: a valid request body, an API customer, an envelope, a dead letter."""
+"""What tests build again and again: a valid request body, an API customer, a delivery requested."""
 
-import uuid
 from datetime import timedelta
 from uuid import UUID
 
@@ -8,7 +7,6 @@ from django.test import Client
 from django.utils import timezone
 
 from deliveries.customers import create_customer
-from outbox.core.fingerprints import error_fingerprint
 from outbox.models import DeadLetter
 from outbox.testing import hand_over, pending, run_choreography
 
@@ -51,44 +49,6 @@ class Customer:
 
     def cancel(self, delivery_id):
         return self.client.delete(f"/api/deliveryrequests/{delivery_id}")
-
-
-def envelope(**overrides) -> dict:
-    """A well-formed probe.pinged envelope, as the relay would send it."""
-    body = {
-        "message_id": str(uuid.uuid4()),
-        "type": "probe.pinged",
-        "version": 1,
-        "occurred_at": timezone.now().isoformat(),
-        "correlation_id": str(uuid.uuid4()),
-        "causation_id": None,
-        "stream": "ping:test",
-        "sequence": 1,
-        "hops": 0,
-        "payload": {"n": 1, "fail": {}},
-    }
-    return {**body, **overrides}
-
-
-def a_dead_letter(**overrides) -> DeadLetter:
-    body = envelope()
-    now = timezone.now()
-    fields = {
-        "subscriber": "probe_b",
-        "message_id": body["message_id"],
-        "type": body["type"],
-        "correlation_id": body["correlation_id"],
-        "envelope": body,
-        "reason": "handler_error",
-        "error": "boom",
-        "traceback": "Traceback (most recent call last):\n  boom",
-        "attempts": 4,
-        "first_failed_at": now,
-        "last_failed_at": now,
-    }
-    fields = {**fields, **overrides}
-    fields.setdefault("fingerprint", error_fingerprint(fields.get("exception_type", ""), fields["error"]))
-    return DeadLetter.objects.create(**fields)
 
 
 def requested(customer) -> UUID:

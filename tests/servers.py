@@ -1,43 +1,12 @@
-"""The servers a test may need, and how a test that was not given one says so.
-
-Without DATABASE_URL, BROKER_URL and OUTBOX_LIMITS_REDIS_URL a run is the embedded default
-(SQLite, an embedded Redis broker): the README's `./dev test` on a fresh machine. A test that needs
-a server carries its marker (`postgres`, `rabbitmq`, `redis`) and is skipped there, naming the
-variable to set; a test that needs it only for one case calls `skip_unless_given`. Under CI=true
-such a skip is the only one allowed (tests/conftest.py): the embedded step is not given the
-servers on purpose, and the server step, given all of them, runs every such test.
-"""
-
-from urllib.parse import urlsplit
+"""The servers a test may need (outbox_tests.servers: the markers, and how a test not given one
+says so), and what this project's tests add: PostgreSQL servers of a test's own."""
 
 import pytest
-from django.conf import settings
-from django.db import connection
+from outbox_tests.servers import NOT_GIVEN, SERVERS, broker_virtual_host, skip_unless_given
 
 from harness.postgres_servers import PG_BIN
-from outbox.core.brokers import amqp_parameters, broker_urls
 
-NOT_GIVEN = "which this run was not given"
-
-
-def broker_virtual_host() -> str:
-    """The RabbitMQ virtual host BROKER_URL names, as pika reads it (percent-decoded; `/` when the
-    URL names none): what a `rabbitmqctl` call about this run's queues must name with `-p`."""
-    return amqp_parameters(broker_urls(settings.BROKER_URL))[0].virtual_host
-
-
-def _broker_is_rabbitmq() -> bool:
-    first = settings.BROKER_URL.split()[0] if settings.BROKER_URL.strip() else ""
-    return urlsplit(first).scheme in ("amqp", "amqps")
-
-
-# marker: (the server, whether this run was given it, the variable that gives it)
-SERVERS = {
-    "postgres": ("PostgreSQL", lambda: connection.vendor == "postgresql", "DATABASE_URL=postgres://..."),
-    "rabbitmq": ("RabbitMQ", _broker_is_rabbitmq, "BROKER_URL=amqp://..."),
-    "redis": ("a Redis", lambda: bool(settings.OUTBOX_LIMITS_REDIS_URL), "OUTBOX_LIMITS_REDIS_URL=redis://..."),
-}
-
+__all__ = ["NOT_GIVEN", "POSTGRES_RIG", "SERVERS", "broker_virtual_host", "skip_unless_given"]
 
 # A test that starts PostgreSQL servers of its own (a restart, a failover) needs the server it was
 # given and PostgreSQL's binaries on this machine.
@@ -45,10 +14,3 @@ POSTGRES_RIG = [
     pytest.mark.postgres,
     pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"needs PostgreSQL's binaries in {PG_BIN}"),
 ]
-
-
-def skip_unless_given(marker: str) -> None:
-    """Skip the running test, naming the variable, unless this run was given the server."""
-    server, given, variable = SERVERS[marker]
-    if not given():
-        pytest.skip(f"needs {server}, {NOT_GIVEN}: set {variable}")

@@ -1,7 +1,12 @@
 """Test settings: the real settings plus a probe context, on a queue prefix of this run's own."""
 
 import os
+import sys
 import uuid
+from pathlib import Path
+
+# The kernel's test rig (its probe context, outbox_tests), for pytest and for every process a test starts.
+sys.path.append(str(Path(__file__).resolve().parent.parent / "kernel" / "tests"))
 
 # Set in the environment (not only here) so worker and relay subprocesses share the prefix.
 os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
@@ -17,7 +22,7 @@ if (xdist_worker := os.environ.get("PYTEST_XDIST_WORKER")) and os.environ.get("O
 from delivery_project.settings import *  # noqa: E402,F403
 from delivery_project.settings import CONN_MAX_AGE, DATABASES, INSTALLED_APPS, VAR_DIR  # noqa: E402
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
+INSTALLED_APPS = [*INSTALLED_APPS, "outbox_tests.probe"]
 OUTBOX_ASYNCAPI_LEAVE_OUT = ["probe"]  # the catalogue is of what ships
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -57,6 +62,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DRONE_SIMULATION_SPEEDUP = 1_000_000
 DRONE_POSITION_REPORTS = 3
 
-# The probe (tests/probe) is a test app with handlers of its own, not one of the contexts: it runs as
+# The probe (outbox_tests.probe) is a test app with handlers of its own, not one of the contexts: it runs as
 # the project's role, as outbox.W003 would say at every command the tests start.
 SILENCED_SYSTEM_CHECKS = ["outbox.W003"]

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.template.loader import render_to_string
 from django.test import Client
 from django.utils import timezone
+from outbox_tests.letters import a_dead_letter
 
 from deliveries.models import Delivery
 from drones.models import Drone
@@ -18,7 +19,7 @@ from outbox.core.dead_letters import record_dead_letter
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, OutboxMessage
 from tests.console import act
-from tests.factories import Customer, a_dead_letter
+from tests.factories import Customer
 
 pytestmark = pytest.mark.django_db
 

@@ -313,8 +313,8 @@ def test_a_connection_another_call_found_lost_is_opened_again():
     (a queue_declare raising StreamLostError); the next reconnected_if_lost raised pika's
     `ValueError: Timeout closed before call` from the closed connection, and every test after
     it on that process failed in its fixtures."""
-    from tests.outbox.relaying import broker_behind
-    from tests.tcp_proxy import TcpProxy
+    from outbox_tests.relaying import broker_behind
+    from outbox_tests.tcp_proxy import TcpProxy
 
     proxy = TcpProxy("127.0.0.1", urlsplit(broker_urls(settings.BROKER_URL)[0]).port or 5672)
     proxy.up()

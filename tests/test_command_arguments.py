@@ -16,6 +16,7 @@ from io import StringIO
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from outbox_tests.letters import a_dead_letter
 
 from deliveries.models import Customer, CustomerToken
 from drones.models import Drone
@@ -115,7 +116,7 @@ def given(db, tmp_path, not_the_api) -> dict:
     a_file = tmp_path / "schemas"
     a_file.write_text("not a directory")
     return {
-        "letter": factories.a_dead_letter().pk,
+        "letter": a_dead_letter().pk,
         "a_file": str(a_file),
         "nobody_listens": f"http://127.0.0.1:{a_free_port()}/",
         "production": f"{not_the_api}/production",

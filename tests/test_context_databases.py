@@ -67,7 +67,7 @@ def test_a_nested_or_relabelled_handler_has_its_inbox_on_its_apps_database(setti
 
     for module, context in [
         ("drones.handling.scheduling", "drones"),  # read as "handling" from its module path alone
-        ("tests.probe.nested.handlers", "probe"),  # the app's label, not its package's name
+        ("outbox_tests.probe.nested.handlers", "probe"),  # the app's label, not its package's name
         ("drones.handlers", "drones"),
         ("a_script_outside_every_app", "a_script_outside_every_app"),
     ]:

@@ -16,6 +16,9 @@ from django.db import DatabaseError, ProgrammingError, connection, connections, 
 from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from outbox_tests.letters import envelope
+from outbox_tests.probe import handlers as probe
+from outbox_tests.probe.models import Effect
 
 from deliveries.events import DeliveryCompleted
 from drones.events import DroneGrounded
@@ -31,9 +34,7 @@ from outbox.placement.roles import role_of, search_path
 from outbox.placement.rows import own_rows
 from outbox.relaying.sweep import _TAKE_THE_SWEEP, _only_sweeper
 from outbox.testing import deliver, hand_over, pending, run_choreography
-from tests.factories import Customer, envelope, requested
-from tests.probe import handlers as probe
-from tests.probe.models import Effect
+from tests.factories import Customer, requested
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -217,7 +217,7 @@ print(json.dumps(until_answered_at_once()), flush=True)
 @pytest.mark.integration
 @pytest.mark.postgres
 def test_while_its_attempts_fail_the_pool_answers_in_half_a_second_not_its_timeout():
-    from tests.tcp_proxy import TcpProxy
+    from outbox_tests.tcp_proxy import TcpProxy
 
     server = settings.DATABASES["default"]
     proxy = TcpProxy(server["HOST"] or "127.0.0.1", int(server["PORT"] or 5432))  # down: connections refused

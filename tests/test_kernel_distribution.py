@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from outbox_tests.domain_words import DOMAIN
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import outbox
-from tests.outbox.test_kernel_is_generic import DOMAIN
 
 # Built once for the module, in one process (CI runs it once, in the embedded step).
 pytestmark = [pytest.mark.servers_unused, pytest.mark.xdist_group("kernel-distribution")]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.management import load_command_class
+from outbox_tests.domain_words import DOMAIN
 
 import outbox.api
 import outbox.ops
 from outbox.core.conf import DEFAULTS
-from tests.outbox.test_kernel_is_generic import DOMAIN
 
 pytestmark = pytest.mark.servers_unused  # reads no server variable: CI runs it once, in the embedded step
 

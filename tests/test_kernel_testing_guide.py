@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-
-from tests.outbox.test_kernel_is_generic import DOMAIN
+from outbox_tests.domain_words import DOMAIN
 
 pytestmark = pytest.mark.servers_unused  # CI runs it once, in the embedded step
 

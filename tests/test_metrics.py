@@ -4,8 +4,10 @@ the relay, RabbitMQ (or the embedded Redis) and a worker."""
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
+from outbox_tests.letters import a_dead_letter
 from prometheus_client.parser import text_string_to_metric_families
 
 from drones.services import seed_fleet
@@ -80,9 +82,9 @@ def test_one_delivery_shows_in_the_counters_and_the_state_gauges(system):
 def test_the_backlog_gauges_count_due_rows_their_age_and_open_letters_by_reason():
     """No relay runs here: rows due a minute ago wait, and the gauges say so."""
     from django.db import transaction
+    from outbox_tests.probe.events import ProbePinged
 
     from outbox.models import DeadLetter
-    from tests.probe.events import ProbePinged
 
     a_minute_ago = timezone.now() - timedelta(minutes=1)
     with transaction.atomic():
@@ -108,8 +110,7 @@ def test_the_backlog_gauges_count_due_rows_their_age_and_open_letters_by_reason(
 @pytest.mark.django_db
 def test_the_sweep_lag_is_the_age_of_the_oldest_unsettled_row_beyond_its_grace(settings):
     from django.db import transaction
-
-    from tests.probe.events import ProbePinged
+    from outbox_tests.probe.events import ProbePinged
 
     settings.OUTBOX_SWEEP_GRACE_SECONDS = 30
     assert value(scrape(), "outbox_sweep_lag_seconds") == 0
@@ -144,7 +145,6 @@ def test_the_state_gauges_are_read_once_per_cache_period_however_often_prometheu
     from django.test.utils import CaptureQueriesContext
 
     from delivery_project import metrics
-    from tests.factories import a_dead_letter
 
     settings.METRICS_STATE_CACHE_SECONDS = 60
     monkeypatch.setattr(metrics, "_state", (float("-inf"), b""))
@@ -184,3 +184,24 @@ def test_the_monitoring_token_is_read_whatever_its_schemes_case_and_whitespace(s
         assert Client(headers={"Authorization": authorization}).get("/metrics").status_code == 200, authorization
     for authorization in ("Basic a-long-random-monitoring-token", "a-long-random-monitoring-token", "Bearer"):
         assert Client(headers={"Authorization": authorization}).get("/metrics").status_code == 401, authorization
+
+
+def test_the_dead_letter_groups_are_json_for_monitoring_scripts_behind_the_token(db, settings):
+    for n in range(2):
+        a_dead_letter(exception_type="GatewayDown", error=f"gateway down #{n}")
+    settings.MONITORING_TOKEN = "a-long-random-monitoring-token"
+    token = {"Authorization": "Bearer a-long-random-monitoring-token"}
+
+    assert Client().get("/dead-letter-groups").status_code == 401
+    answer = Client().get("/dead-letter-groups", headers=token)
+    assert answer.status_code == 200
+    [group] = answer.json()["groups"]
+    assert (group["letters"], group["subscriber"], group["event_type"]) == (2, "probe_b", "probe.pinged")
+    assert (group["database"], answer.json()["unanswered"]) == ("default", [])  # every database is answered for
+    assert group["last_failed_at"].startswith("20") and group["last_replayed_at"] is None
+
+    call_command("dead_letters", "replay", "--group", group["key"])
+    for n in range(2):  # the cause is not fixed: new failures, never replayed
+        a_dead_letter(exception_type="GatewayDown", error=f"gateway down #{n + 2}")
+    [back] = Client().get("/dead-letter-groups", headers=token).json()["groups"]
+    assert (back["key"], back["new_since_replay"]) == (group["key"], 2) and back["last_replayed_at"].startswith("20")

@@ -37,11 +37,11 @@ def test_open_letters_of_a_refused_payload_are_grouped_again_by_their_errors_not
     import pydantic
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
+    from outbox_tests.letters import a_dead_letter
+    from outbox_tests.probe.handlers import Pinged
 
     from outbox.core.fingerprints import error_fingerprint
     from outbox.models import DeadLetter
-    from tests.factories import a_dead_letter
-    from tests.probe.handlers import Pinged
 
     before, after = (
         [("outbox", "0014_stream_never_goes_back_and_locks")],

@@ -9,13 +9,14 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.test import Client
+from outbox_tests.letters import a_dead_letter
 
 from deliveries.models import Delivery
 from drones.models import Drone
 from drones.services import seed_fleet
 from outbox.models import DeadLetter
 from tests.console import act
-from tests.factories import Customer, a_dead_letter
+from tests.factories import Customer
 
 pytestmark = pytest.mark.django_db
 

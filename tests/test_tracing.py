@@ -87,10 +87,10 @@ def test_one_delivery_is_one_trace_from_the_post_through_every_handler(tracing, 
 @pytest.mark.django_db
 def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
     from django.utils import timezone as tz
+    from outbox_tests.letters import envelope
 
     from outbox.console.dead_letter_actions import replay_dead_letter
     from outbox.models import DeadLetter
-    from tests.factories import envelope
 
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     body = {**envelope(), "traceparent": traceparent}
@@ -113,8 +113,9 @@ def test_a_replayed_dead_letter_keeps_the_trace_of_the_event_it_carries():
 
 
 def test_a_trace_context_that_does_not_fit_is_dropped_not_a_reason_to_refuse_the_message():
+    from outbox_tests.letters import envelope
+
     from outbox.core.envelope import Envelope
-    from tests.factories import envelope
 
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     body = {**envelope(), "traceparent": traceparent, "tracestate": "vendor=" + "x" * 600}

@@ -10,10 +10,10 @@ import time
 
 import pytest
 from django.db import connection
+from outbox_tests.relaying import in_thread, publish_many
 
 from outbox.models import OutboxMessage
 from outbox.relaying.relay import Relay
-from tests.outbox.relaying import in_thread, publish_many
 
 pytestmark = pytest.mark.benchmark
 EVENTS = int(os.environ.get("BENCH_EVENTS", "10000"))

@@ -12,15 +12,16 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections
+from outbox_tests.letters import a_dead_letter
+from outbox_tests.probe.models import Effect, Outage
+from outbox_tests.probe.services import ping
 
 from deliveries.models import Delivery
 from drones.models import Drone
 from drones.services import seed_fleet
 from outbox.models import DeadLetter
 from outbox.testing import hand_over, run_choreography
-from tests.factories import BASE, a_dead_letter, dead_letter_then_replay, requested
-from tests.probe.models import Effect, Outage
-from tests.probe.services import ping
+from tests.factories import BASE, dead_letter_then_replay, requested
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

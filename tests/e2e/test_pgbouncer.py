@@ -98,8 +98,8 @@ import json, threading, django
 django.setup()
 from django.db import connection, transaction
 from django.test import Client
-from tests.probe.models import Ping
-from tests.probe.services import ping
+from outbox_tests.probe.models import Ping
+from outbox_tests.probe.services import ping
 errors, held, published = [], threading.Event(), threading.Event()
 def a():
     with transaction.atomic():

@@ -5,10 +5,10 @@ import signal
 import subprocess
 
 import pytest
+from outbox_tests.probe.models import Effect
+from outbox_tests.probe.services import ping
 
 from outbox.models import Heartbeat, OutboxMessage
-from tests.probe.models import Effect
-from tests.probe.services import ping
 from tests.processes import MANAGE
 from tests.waiting import wait_until
 

@@ -9,6 +9,9 @@ import time
 
 import pytest
 from django.conf import settings
+from outbox_tests.probe.models import Effect
+from outbox_tests.probe.services import ping
+from outbox_tests.relaying import effects_per_message
 
 from deliveries.models import Delivery
 from drones.services import seed_fleet
@@ -16,9 +19,6 @@ from harness.rabbitmq_cluster import quorum_queue
 from outbox.models import DeadLetter
 from tests.e2e.fault_ledger import delivered_once_each, median_and_max
 from tests.factories import BASE, Customer, delivery_request
-from tests.outbox.relaying import effects_per_message
-from tests.probe.models import Effect
-from tests.probe.services import ping
 from tests.processes import MANAGE
 from tests.waiting import wait_until
 

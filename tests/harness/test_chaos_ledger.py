@@ -5,10 +5,10 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from outbox_tests.letters import a_dead_letter
 
 from harness.chaos import Ledger, plan_faults
 from outbox.models import InboxMessage, OutboxMessage
-from tests.factories import a_dead_letter
 
 pytestmark = pytest.mark.django_db
 

@@ -2,6 +2,7 @@
 settings, which the environment may give), and the kernel's lines go where its LOGGING sends them."""
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,31 @@ def test_an_idle_worker_looks_at_an_embedded_brokers_queue_ten_times_a_second(tm
         assert consumer.timeout == EMBEDDED_POLL_MS == 100
     finally:
         broker.close()  # the last to leave: its server stops
+
+
+# What describes the project rather than its environment: the event catalogue's title, version and
+# servers, the contexts it leaves out. The deployable sets its own title and version, or none.
+DESCRIBING = {
+    "OUTBOX_ASYNCAPI_TITLE",
+    "OUTBOX_ASYNCAPI_VERSION",
+    "OUTBOX_ASYNCAPI_SERVERS",
+    "OUTBOX_ASYNCAPI_LEAVE_OUT",
+    "OUTBOX_CONTEXTS",  # which apps are contexts, and which URLs are whose: the deployment's own shape
+    "OUTBOX_CONTEXT_URLS",
+}
+
+
+def test_the_defaults_are_what_this_deployable_runs_with_when_its_environment_says_nothing():
+    """The deployable takes from its environment only what it gives (settings_from_environment)."""
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(settings.BASE_DIR)}  # no OUTBOX_* variable
+    environment["DJANGO_SETTINGS_MODULE"] = "delivery_project.settings"
+    report = "import json, django; django.setup(); from django.conf import settings as s; "
+    report += "from outbox.core.conf import DEFAULTS; "
+    report += f"print(json.dumps({{name: getattr(s, name) for name in DEFAULTS if name not in {sorted(DESCRIBING)}}}))"
+    ran = subprocess.run([sys.executable, "-c", report], env=environment, capture_output=True, text=True, timeout=60)
+
+    assert ran.returncode == 0, ran.stderr
+    assert set(DEFAULTS) >= DESCRIBING
+    assert json.loads(ran.stdout) == {
+        name: value for name, value in json.loads(json.dumps(DEFAULTS)).items() if name not in DESCRIBING
+    }

@@ -6,13 +6,13 @@ from datetime import timedelta
 import pytest
 from django.core.management import CommandError
 from django.utils import timezone
+from outbox_tests.clocks import a_clock_off_by
 
 from drones.services import seed_fleet
 from outbox.management.commands.move_context import refuse_beside_running_processes
 from outbox.models import Heartbeat
 from outbox.relaying.heartbeats import alive, beat, seen_within_a_day
 from tests.factories import BASE, Customer
-from tests.outbox.test_relay_clock import a_clock_off_by
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

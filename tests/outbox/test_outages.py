@@ -4,13 +4,13 @@ import threading
 
 import pytest
 from django.conf import settings
+from outbox_tests.probe.models import Effect
+from outbox_tests.probe.services import ping
+from outbox_tests.relaying import effects_per_message, in_thread
 
 from harness.chaos import close_every_broker_connection
 from outbox.models import OutboxMessage
 from outbox.relaying.relay import Relay
-from tests.outbox.relaying import effects_per_message, in_thread
-from tests.probe.models import Effect
-from tests.probe.services import ping
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]

@@ -10,6 +10,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Upper
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from outbox_tests.probe.events import ProbeEchoed
 
 from deliveries.customers import create_customer
 from deliveries.models import Delivery
@@ -19,7 +20,6 @@ from outbox.core.publishing import publish
 from outbox.core.saving import insert_row, save_fields
 from outbox.models import InboxMessage, OutboxMessage
 from packages.models import Package
-from tests.probe.events import ProbeEchoed
 
 CHANGED = ("type", "payload", "available_at", "causation_id", "claimed_by", "send_attempts", "recipients")
 

@@ -6,6 +6,7 @@ from uuid import UUID, uuid4
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
+from outbox_tests.probe.events import ProbeEchoed, ProbePinged
 
 from deliveries.models import Delivery
 from outbox.core.publishing import publish
@@ -26,7 +27,6 @@ from outbox.testing import (
 from packages.handlers import DeliveryRequested, PackageInfo
 from packages.models import Package
 from tests.factories import requested
-from tests.probe.events import ProbeEchoed, ProbePinged
 
 
 def test_run_choreography_plays_a_delivery_to_its_end_in_process(customer, fleet):

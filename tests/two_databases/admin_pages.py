@@ -12,10 +12,10 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
+from outbox_tests.letters import a_dead_letter
 
 from outbox.core.working_database import working_in
 from outbox.models import DeadLetter, Heartbeat, OutboxMessage
-from tests.factories import a_dead_letter
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 LIST = "/admin/outbox/deadletter/"

@@ -9,10 +9,10 @@ import socket
 import pytest
 from django.db import connections
 from django.test import Client
+from outbox_tests.letters import a_dead_letter
 
 from outbox.core.working_database import working_in
 from outbox.models import DeadLetter
-from tests.factories import a_dead_letter
 
 
 @pytest.fixture(autouse=True)

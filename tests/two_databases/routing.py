@@ -3,11 +3,11 @@ own: run by tests/test_two_databases.py in a pytest of its own with CONTEXT_DATA
 
 import pytest
 from django.db import connection, connections
+from outbox_tests.letters import a_dead_letter
 
 from outbox.core.working_database import working_in
 from outbox.models import DeadLetter
 from outbox.placement import roles
-from tests.factories import a_dead_letter
 
 pytestmark = pytest.mark.django_db(databases="__all__", transaction=True)
 
