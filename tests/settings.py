@@ -2,22 +2,14 @@
 
 import os
 import sys
-import uuid
 from pathlib import Path
 
 # The kernel's test rig (its probe context, outbox_tests), for pytest and for every process a test starts.
 sys.path.append(str(Path(__file__).resolve().parent.parent / "kernel" / "tests"))
 
-# Set in the environment (not only here) so worker and relay subprocesses share the prefix.
-os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
-# The run's name for its throwaway database; pytest-django adds `_gw0` and so on under pytest-xdist.
-RUN_ID = os.environ["OUTBOX_QUEUE_PREFIX"].strip("-").replace("-", "_")
-# Under pytest-xdist each worker process is a run of its own: its own queues (and, from pytest-django,
-# its own throwaway database). The processes a worker starts inherit the prefix as the worker (or
-# the test) left it, and OUTBOX_QUEUE_PREFIX_OF says it is no longer the whole session's.
-if (xdist_worker := os.environ.get("PYTEST_XDIST_WORKER")) and os.environ.get("OUTBOX_QUEUE_PREFIX_OF") != xdist_worker:
-    os.environ["OUTBOX_QUEUE_PREFIX"] += f"{xdist_worker}-"
-    os.environ["OUTBOX_QUEUE_PREFIX_OF"] = xdist_worker
+from outbox_tests.runs import AT_TEST_SPEED, this_run  # noqa: E402
+
+RUN_ID, xdist_worker = this_run()  # before the settings read the queue prefix
 
 from delivery_project.settings import *  # noqa: E402,F403
 from delivery_project.settings import CONN_MAX_AGE, DATABASES, INSTALLED_APPS, VAR_DIR  # noqa: E402
@@ -49,12 +41,7 @@ for _alias, _db in DATABASES.items():  # a context on a database of its own (CON
             _db["CONN_MAX_AGE"] = CONN_MAX_AGE
         _db["TEST"] = {"NAME": f"{_db['NAME']}_{RUN_ID}"}
 
-OUTBOX_MAX_RETRIES = 3
-OUTBOX_MIN_BACKOFF_MS = 20
-OUTBOX_MAX_BACKOFF_MS = 200
-OUTBOX_MAX_HOPS = 8
-OUTBOX_RELAY_POLL_SECONDS = 0.2
-OUTBOX_HEARTBEAT_SECONDS = 0.5
+globals().update(AT_TEST_SPEED)
 METRICS_STATE_CACHE_SECONDS = 0  # each scrape reads the state the test has just made (the cache has its own test)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -7,19 +7,13 @@ prefix and a throwaway database of its own, so runs on one server never meet.
 
 import os
 import tempfile
-import uuid
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from outbox.configuration import dramatiq_broker, settings_from_environment
+from outbox_tests.runs import AT_TEST_SPEED, this_run
 
-# Set in the environment (not only here) so that processes a test starts share the prefix.
-os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
-RUN_ID = os.environ["OUTBOX_QUEUE_PREFIX"].strip("-").replace("-", "_")
-# Each pytest-xdist process is a run of its own: its own queues (and, from pytest-django, database).
-if (xdist_worker := os.environ.get("PYTEST_XDIST_WORKER")) and os.environ.get("OUTBOX_QUEUE_PREFIX_OF") != xdist_worker:
-    os.environ["OUTBOX_QUEUE_PREFIX"] += f"{xdist_worker}-"
-    os.environ["OUTBOX_QUEUE_PREFIX_OF"] = xdist_worker
+RUN_ID, xdist_worker = this_run()
 
 VAR_DIR = Path(os.environ.get("OUTBOX_TESTS_VAR_DIR", Path(tempfile.gettempdir()) / "outbox-tests"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -137,13 +131,7 @@ if OUTBOX_LISTEN_DATABASE_URL:
     _listened = DATABASES["default"]["TEST"]["NAME"] + (f"_{xdist_worker}" if xdist_worker else "")
     OUTBOX_LISTEN_CONNECTION = {**_postgresql(OUTBOX_LISTEN_DATABASE_URL), "dbname": _listened}
 
-# Retries, relays and heartbeats at test speed.
-OUTBOX_MAX_RETRIES = 3
-OUTBOX_MIN_BACKOFF_MS = 20
-OUTBOX_MAX_BACKOFF_MS = 200
-OUTBOX_MAX_HOPS = 8
-OUTBOX_RELAY_POLL_SECONDS = 0.2
-OUTBOX_HEARTBEAT_SECONDS = 0.5
+globals().update(AT_TEST_SPEED)
 # The probe is a test app with handlers of its own, not a context with a role: it runs as the
 # connecting role, as outbox.W003 would say at every start.
 SILENCED_SYSTEM_CHECKS = ["outbox.W003"]
