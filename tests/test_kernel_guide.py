@@ -5,6 +5,7 @@ outbox.api, every command and option); and, like the kernel itself, naming nothi
 project's domain."""
 
 import ast
+import html
 import os
 import re
 import subprocess
@@ -27,19 +28,58 @@ KERNEL = ROOT / "kernel"
 GUIDE = KERNEL / "docs"
 
 
-def test_the_guide_builds_strictly_without_a_warning(tmp_path):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The guide built strictly once for this module: mkdocs' run, and the site's directory."""
+    site = tmp_path_factory.mktemp("guide") / "site"
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(KERNEL / "mkdocs.yml")]
-        + ["--site-dir", str(tmp_path / "site")],
+        + ["--site-dir", str(site)],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # Material's banner about its successor
     )
+    return done, site
+
+
+def test_the_guide_builds_strictly_without_a_warning(built):
+    done, site = built
     output = done.stdout + done.stderr
     problems = [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR")) or "Error" in line]
     assert done.returncode == 0 and problems == [], output[-4000:]
-    assert (tmp_path / "site" / "settings" / "index.html").exists()
+    assert (site / "settings" / "index.html").exists()
+
+
+# A line that means to include a file, however a formatter may have spaced it out.
+INCLUSION = re.compile(r"^\s*-+\s*8\s*<\s*-+\s*\"(?P<path>[^\"]+)\"\s*$")
+
+
+def test_every_inclusion_is_written_as_pymdown_snippets_reads_it():
+    """`--8 < --"quickstart/settings_tail.py"` (as a formatter left it) is text, not an inclusion."""
+    written = [
+        f"{page.name}:{number}: {line}"
+        for page in GUIDE.glob("*.md")
+        for number, line in enumerate(page.read_text().splitlines(), start=1)
+        if INCLUSION.match(line) and not re.fullmatch(r'--8<-- "[^"]+"', line)
+    ]
+    assert written == []
+
+
+def test_the_quickstart_page_shows_every_line_of_each_file_it_includes(built):
+    _, site = built
+    page = html.unescape(re.sub(r"<[^>]+>", "", (site / "quickstart" / "index.html").read_text()))
+    included = [
+        found["path"] for line in (GUIDE / "quickstart.md").read_text().splitlines() if (found := INCLUSION.match(line))
+    ]
+    assert len(included) >= 8  # settings, the event, the order and its service, billing's model, handler and tests
+    missing = [
+        f"{path}: {line.strip()}"
+        for path in included
+        for line in next(p for p in (GUIDE / path, KERNEL / path) if p.exists()).read_text().splitlines()
+        if line.strip() and line.strip() not in page
+    ]
+    assert missing == []
 
 
 def documented_settings() -> dict[str, object]:
