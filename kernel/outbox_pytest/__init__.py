@@ -5,14 +5,52 @@ A project that installs the kernel and pytest-django gets `outbox_deliver`, `out
 a Dramatiq worker in the test's process) and `outbox_wait_until_processed`, each with the database
 access it needs (`transactional_db` where other threads must see what the test commits).
 
-pytest loads this module before Django is configured, so each fixture imports what it gives when
-it runs. It ships beside `outbox`, not in it: pytest's adapter uses the kernel from outside, as a
-project's wiring does.
+Two defaults, for every topology: a run's queues are its own (`OUTBOX_QUEUE_PREFIX=test-<random>-`,
+and each pytest-xdist worker's beside it, unless the environment names a prefix), and a test that
+uses the database may use every database a context lives on. pytest loads this module before Django
+is configured, so each fixture imports what it gives when it runs. It ships beside `outbox`, not in
+it: pytest's adapter uses the kernel from outside, as a project's wiring does.
 """
 
+import os
 import threading
+import uuid
 
 import pytest
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Before pytest-django imports the settings: this run's queue prefix, in the environment where
+    settings that read `OUTBOX_QUEUE_PREFIX` from it (as the guide's do) and processes a test starts find it."""
+    os.environ.setdefault("OUTBOX_QUEUE_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and os.environ.get("OUTBOX_QUEUE_PREFIX_OF") != worker:  # each worker's own, once
+        os.environ["OUTBOX_QUEUE_PREFIX"] += f"{worker}-"
+        os.environ["OUTBOX_QUEUE_PREFIX_OF"] = worker
+    return (yield)
+
+
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """With a context on a database of its own (`OUTBOX_CONTEXT_DATABASES`), a test that uses the
+    database may use all of them, unless its `django_db` mark names which: a handler, a relay or the
+    test itself writes where the context lives."""
+    from django.conf import settings
+
+    if not (settings.configured and getattr(settings, "OUTBOX_CONTEXT_DATABASES", None)):
+        return
+    for item in items:
+        marked = item.get_closest_marker("django_db")
+        if marked is None and not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            continue  # no database at all
+        if marked is not None and ("databases" in marked.kwargs or len(marked.args) >= 3):
+            continue  # it names its databases
+        args, options = (marked.args, marked.kwargs) if marked else ((), {})
+        item.add_marker(pytest.mark.django_db(*args, **options, databases="__all__"), append=False)
 
 
 @pytest.fixture
