@@ -69,15 +69,15 @@ duration_in_days = number(above=0, at_most=36_500)
 duration_in_days.__doc__ = "Days from now (more than 0, a century at most): an expiry or a retention window."
 
 
-def kernel_database(parser: argparse.ArgumentParser, *, what: str) -> None:
+def kernel_database(parser: argparse.ArgumentParser, *, what: str, by_default: str = "") -> None:
     """`--database`, for a command that works on one database's kernel tables (a relay's, the sweep's,
     the pruning's): `default`, or one a context was put on (OUTBOX_CONTEXT_DATABASES). The command
-    then calls `outbox.core.working_database.serving` with it."""
+    then calls `outbox.core.working_database.serving` with it; with `by_default`, it finds its own."""
     from outbox.core.working_database import kernel_databases  # the settings: read when the command is built
 
     parser.add_argument(
         "--database",
         choices=kernel_databases(),
-        default="default",
-        help=f"The database whose {what}: run it once for each database a context is on.",
+        default=None if by_default else "default",
+        help=f"The database whose {what}: " + (by_default or "run it once for each database a context is on."),
     )

@@ -1,11 +1,12 @@
 from datetime import UTC
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import discard_group, open_groups, replay_group
 from outbox.core.dead_letters import Reason
-from outbox.core.working_database import serving
+from outbox.core.working_database import kernel_databases, serving
 from outbox.management.arguments import kernel_database
 from outbox.models import DeadLetter
 
@@ -21,7 +22,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=["list", "replay", "discard"])
-        kernel_database(parser, what="dead letters these are (its contexts' subscribers')")
+        kernel_database(
+            parser,
+            what="dead letters these are (its contexts' subscribers')",
+            by_default="by default list shows every database's, and replay and discard act on the one whose "
+            "open letters match.",
+        )
         parser.add_argument("ids", nargs="*", type=int, help="Dead-letter ids (default: every match of the filters).")
         parser.add_argument("--subscriber", default="")
         parser.add_argument("--reason", default="")
@@ -37,11 +43,38 @@ class Command(BaseCommand):
         parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
 
     def handle(self, *, database, **options):
-        with serving(database):
+        if database:
+            with serving(database):
+                return self._run(**options)
+        everywhere = kernel_databases()
+        if options["action"] == "list" or len(everywhere) == 1:
+            for alias in everywhere:  # the letters of each database, under its name when there are several
+                with serving(alias):
+                    self._run(**options, heading=f"database {alias}:" if len(everywhere) > 1 else "")
+            return
+        with serving(self._the_one_database_concerned(everywhere, **options)):
             self._run(**options)
 
-    def _run(self, *, action, ids, subscriber, reason, type, all, groups, group, note, by, **options):
+    @staticmethod
+    def _the_one_database_concerned(everywhere: list[str], *, ids, subscriber, reason, type, group, **options) -> str:
+        """Without --database, a replay or a discard acts where its letters are: the one database
+        whose open letters match (a letter's id is its database's own), or it asks which."""
+        found = []
+        for alias in everywhere:
+            with serving(alias):
+                letters = open_letters(subscriber=subscriber, reason=reason, type=type)
+                if (group and any(g.key == group for g in open_groups())) or (
+                    not group and letters.filter(**({"pk__in": ids} if ids else {})).exists()
+                ):
+                    found.append(alias)
+        if len(found) > 1:
+            raise CommandError(f"open dead letters match on {', '.join(found)}: say which with --database")
+        return found[0] if found else DEFAULT_DB_ALIAS
+
+    def _run(self, *, action, ids, subscriber, reason, type, all, groups, group, note, by, heading="", **options):
         _refuse_an_unknown_reason(reason)
+        if heading:
+            self.stdout.write(heading)
         if group:
             return self._act_on_group(action, group, ids or subscriber or reason or type, note, by)
         if action == "list" and groups:
