@@ -1,7 +1,7 @@
 """Types for the management commands' arguments (argparse's `type=`), so that a count below its
 least, a number out of its range or a word where a number belongs is refused before the command
-does anything, in Django's one line: `manage.py seed_fleet: error: argument count: must be at
-least 1, not -5` with exit status 2 (through `call_command`, a CommandError saying the same).
+does anything, in Django's one line: `manage.py prune_messages: error: argument --batch-size:
+must be at least 1, not -5` with exit status 2 (through `call_command`, a CommandError saying the same).
 
 The kernel's own commands' (a project's commands have their own: the kernel does not export its
 command line's helpers)."""

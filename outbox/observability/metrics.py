@@ -4,7 +4,7 @@ Counters and histograms live in the process that does the work (relay, worker). 
 PROMETHEUS_MULTIPROC_DIR set to a directory the processes of a host share, each writes its own
 file there and any `/metrics` on that host (the web's, or a relay's `--metrics-port`) sums them.
 Values that are state rather than events (backlog, dead letters open) are read from the database
-when scraped: see delivery_project/metrics.py.
+when scraped, by the project's metrics view (the guide's Operations page: `outbox.ops.counters`).
 """
 
 import os

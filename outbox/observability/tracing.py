@@ -1,7 +1,7 @@
 """Distributed tracing with OpenTelemetry: one story, one trace tree.
 
 The kernel uses only the OpenTelemetry API, which does nothing until a process configures the
-SDK (delivery_project/tracing.py, from the standard OTEL_* variables). `publish()` is a span
+SDK (the project's own wiring, from the standard OTEL_* variables). `publish()` is a span
 and writes its W3C trace context (`traceparent`, `tracestate`) into the envelope; the relay's
 send and each handler are spans whose parent is that publishing span, so the chain of events
 across web, relay and worker processes reads as one tree, delayed events and replays included.
