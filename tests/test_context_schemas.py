@@ -11,6 +11,7 @@ from uuid import uuid4
 import pytest
 from django.apps import apps
 from django.conf import settings
+from django.core import checks
 from django.core.management import call_command
 from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
 from django.test import Client, RequestFactory
@@ -487,3 +488,21 @@ def test_a_policy_whose_condition_is_out_of_date_is_written_again_by_the_next_mi
     assert said == [f"{role} may use only its own rows of {table}: {rows.policies()[(table, role)]}"]
     with roles.acting_as("deliveries"), transaction.atomic():
         assert list(InboxMessage.objects.values_list("subscriber", flat=True)) == ["deliveries"]
+
+
+@pytest.mark.postgres
+def test_check_says_to_migrate_when_a_contexts_rows_are_not_what_the_code_declares(transactional_db):
+    """As after a subscriber was added under OUTBOX_CONTEXTS and the release deployed without a
+    migrate: its context's policy is the one an older release wrote."""
+    table, role = InboxMessage._meta.db_table, role_of("deliveries")
+    on = f'"{settings.OUTBOX_SCHEMA}"."{table}"'
+    assert [w.id for w in checks.run_checks(databases=["default"]) if w.id == "outbox.W014"] == []
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"COMMENT ON POLICY \"{role}\" ON {on} IS 'USING (subscriber = ANY (ARRAY[]::text[]))'")
+        [said] = [w for w in checks.run_checks(databases=["default"]) if w.id == "outbox.W014"]
+        assert role in said.msg and said.hint == "run `manage.py migrate`"
+        assert "outbox.W014" not in {w.id for w in checks.run_checks()}  # without --database: no query
+    finally:
+        own_rows()
+    assert [w.id for w in checks.run_checks(databases=["default"]) if w.id == "outbox.W014"] == []

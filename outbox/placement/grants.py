@@ -13,11 +13,13 @@ import time
 
 from django.apps import apps
 from django.conf import settings
-from django.db import connections, transaction
+from django.core import checks
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
+from outbox.core.working_database import kernel_databases
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
 from outbox.placement.roles import context_role, enabled, search_path
-from outbox.placement.rows import own_rows
+from outbox.placement.rows import out_of_date, own_rows
 
 
 def own_schemas(*, using: str = "default") -> list[str]:
@@ -217,3 +219,29 @@ def _create_role(cursor, role: str, *, superuser: bool) -> None:
             f'DO $$ BEGIN IF NOT {member} THEN GRANT "{role}" TO CURRENT_USER; END IF; '
             f"EXCEPTION WHEN OTHERS THEN IF NOT {member} THEN RAISE; END IF; END $$"
         )
+
+
+@checks.register(checks.Tags.database)
+def rows_are_as_the_code_declares(app_configs=None, databases=None, **kwargs):
+    """`manage.py check --database ALIAS` (and every `migrate`): a subscriber added or taken off since
+    the last `migrate` changes which rows its context's role may use, and until `migrate` writes the
+    policies again its handlers' inbox rows are refused. A warning, so that `migrate` itself still runs."""
+    found = []
+    for alias in databases or ():
+        if alias not in kernel_databases() or not enabled(connections[alias]):
+            continue
+        try:
+            roles_behind = out_of_date(using=alias)
+        except DatabaseError:  # not migrated yet: migrate is what it needs anyway
+            continue
+        if roles_behind:
+            found.append(
+                checks.Warning(
+                    f"database {alias!r}: the rows {', '.join(roles_behind)} may use of the kernel's tables are not "
+                    "what the code declares (a subscriber or an event added or taken off since the last migrate): "
+                    "their handlers' inbox rows and events would be refused by row-level security",
+                    hint=f"run `manage.py migrate{'' if alias == DEFAULT_DB_ALIAS else f' --database {alias}'}`",
+                    id="outbox.W014",
+                )
+            )
+    return found

@@ -64,15 +64,7 @@ def own_rows(*, using: str = "default") -> list[str]:
     wanted = policies()
     tables = sorted({table for table, _ in wanted})
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, p.polname, obj_description(p.oid, 'pg_policy') FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_policy p ON p.polrelid = c.oid "
-            "WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relrowsecurity",
-            [settings.OUTBOX_SCHEMA, tables],
-        )
-        found = cursor.fetchall()
-        secured = {table for table, _, _ in found}
-        have = {(table, role): condition for table, role, condition in found if role is not None}
+        secured, have = _in_place(cursor, tables)
         if secured == set(tables) and all(have.get(key) == condition for key, condition in wanted.items()):
             return []
         done = []
@@ -88,6 +80,37 @@ def own_rows(*, using: str = "default") -> list[str]:
                 cursor.execute(f"COMMENT ON POLICY {quote(role)} ON {on} IS {_literal(condition)}")
                 done.append(f"{role} may use only its own rows of {table}: {condition}")
     return done
+
+
+def out_of_date(*, using: str = "default") -> list[str]:
+    """The context roles whose rows of the kernel's tables are not those the code declares: a
+    subscriber added or taken off, or an event type, since the last `migrate` wrote them (none
+    before the first)."""
+    wanted = policies()
+    tables = sorted({table for table, _ in wanted})
+    with connections[using].cursor() as cursor:
+        secured, have = _in_place(cursor, tables)
+    if not secured:  # never written (a database before its first migrate): nothing has drifted
+        return []
+    return sorted(
+        {
+            role
+            for (table, role), condition in wanted.items()
+            if table not in secured or have.get((table, role)) != condition
+        }
+    )
+
+
+def _in_place(cursor, tables: list[str]) -> tuple[set[str], dict[tuple[str, str], str]]:
+    """Which of `tables` have row-level security on, and each policy's condition as its comment says."""
+    cursor.execute(
+        "SELECT c.relname, p.polname, obj_description(p.oid, 'pg_policy') FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_policy p ON p.polrelid = c.oid "
+        "WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relrowsecurity",
+        [settings.OUTBOX_SCHEMA, tables],
+    )
+    found = cursor.fetchall()
+    return {table for table, _, _ in found}, {(table, role): condition for table, role, condition in found if role}
 
 
 @checks.register()
