@@ -20,7 +20,13 @@ from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from outbox.console import choreography_map
-from outbox.console.database_choice import InChosenDatabase, choice, in_chosen, reading_chosen_database
+from outbox.console.database_choice import (
+    InChosenDatabase,
+    choice,
+    in_chosen,
+    open_letters_elsewhere,
+    reading_chosen_database,
+)
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, open_letters, replay_dead_letter
 from outbox.console.dead_letter_groups import each_letter, letters_of, open_groups
 from outbox.console.timeline import correlation_timeline
@@ -149,6 +155,7 @@ class OutboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
             .values("subscriber", "reason", "type")
             .annotate(count=Count("id"))
             .order_by("-count"),
+            "dead_elsewhere": open_letters_elsewhere(request),
             "routes": [
                 (
                     event_type,

@@ -15,11 +15,12 @@ from functools import wraps
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 from django.http import QueryDict
 from django.utils.http import urlencode
 
 from outbox.core.working_database import current, kernel_databases, working_in
+from outbox.models import DeadLetter
 
 PARAMETER = "database"
 
@@ -65,6 +66,23 @@ def choice(request) -> dict:
         "databases": [(alias, "?" + urlencode({PARAMETER: alias}), alias == chosen) for alias in databases],
         "database_query": urlencode({PARAMETER: chosen}),
     }
+
+
+def open_letters_elsewhere(request) -> list[tuple[str, int, str]]:
+    """The other databases with open dead letters, each with their count and the query that chooses
+    it: a page of one database says where else to look. One that does not answer is left out."""
+    chosen, found = chosen_database(request), []
+    for alias in kernel_databases():
+        if alias == chosen:
+            continue
+        try:
+            with working_in(alias):
+                count = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).count()
+        except DatabaseError:
+            continue
+        if count:
+            found.append((alias, count, "?" + urlencode({PARAMETER: alias})))
+    return found
 
 
 class DatabaseFilter(admin.SimpleListFilter):

@@ -162,3 +162,14 @@ def test_a_storys_timeline_links_a_drones_letter_to_that_letter(admin_client):
     html = admin_client.get(reverse("admin:outbox_timeline", args=[UUID(letter.envelope["correlation_id"])]))
     link = re.search(r'href="(/admin/outbox/deadletter/[^"/]+/change/)"', html.content.decode()).group(1)
     assert admin_client.get(link).context["original"].subscriber == "probe_b", link
+
+
+def test_the_overview_of_one_database_says_where_else_letters_are_open(admin_client):
+    on_drones(subscriber="probe_b")
+    on_drones(subscriber="probe_b")
+
+    html = admin_client.get("/admin/outbox/outboxmessage/overview/").content.decode()
+    assert "None on this database." in html
+    assert 'Open dead letters on other databases:\n<a href="?database=drones">drones: 2</a>' in html
+    there = admin_client.get("/admin/outbox/outboxmessage/overview/?database=drones").content.decode()
+    assert "dead-letters-elsewhere" not in there  # default has none open
