@@ -82,6 +82,23 @@ def test_the_quickstart_page_shows_every_line_of_each_file_it_includes(built):
     assert missing == []
 
 
+def test_the_reference_has_each_public_name_read_from_its_docstring(built):
+    import outbox.testing
+
+    testing = [
+        n for n, v in vars(outbox.testing).items() if n[0] != "_" and getattr(v, "__module__", "") == "outbox.testing"
+    ]
+    _, site = built
+    page = (site / "reference" / "index.html").read_text()
+    public = {"outbox.api": outbox.api.__all__, "outbox.ops": outbox.ops.__all__, "outbox.testing": testing}
+    missing = [
+        f"{module}.{name}" for module, names in public.items() for name in names if f'id="{module}.{name}"' not in page
+    ]
+    assert missing == []
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    assert "it is relayed once the surrounding transaction commits" in text  # publish()'s docstring, rendered
+
+
 def documented_settings() -> dict[str, object]:
     """settings.md's tables: each `OUTBOX_*` row's name and its default, read as Python."""
     rows: dict[str, object] = {}
