@@ -70,6 +70,13 @@ if os.environ.get("SHOP_POSTGRESQL"):
     DATABASES["default"] = {"ENGINE": "django.db.backends.postgresql", "NAME": os.environ["SHOP_POSTGRESQL"],
                             "HOST": os.environ["SHOP_POSTGRESQL_HOST"], "PORT": os.environ["SHOP_POSTGRESQL_PORT"],
                             "USER": os.environ["SHOP_POSTGRESQL_USER"]}
+if os.environ.get("SHOP_CONTEXT_ROLE_PREFIX"):  # each app in a schema with a role of its own (roles are the cluster's)
+    OUTBOX_CONTEXTS = ["orders", "billing"]
+    OUTBOX_CONTEXT_ROLE_PREFIX = os.environ["SHOP_CONTEXT_ROLE_PREFIX"]
+if os.environ.get("SHOP_BILLING_POSTGRESQL"):  # billing on a database of its own
+    DATABASES["billing"] = {**DATABASES["default"], "NAME": os.environ["SHOP_BILLING_POSTGRESQL"]}
+    OUTBOX_CONTEXT_DATABASES = {"billing": "billing"}
+    DATABASE_ROUTERS = ["outbox.placement.databases.ContextDatabases"]
 """
 
 # What an install from an index needs of this environment: a proxy, its certificates, pip's settings.

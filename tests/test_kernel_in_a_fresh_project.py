@@ -211,6 +211,32 @@ def test_on_postgresql_and_rabbitmq_an_event_is_handled_once_and_a_poison_one_is
         exactly_once_and_a_poison_letter(project, settings.BROKER_URL.split()[0], postgresql=postgresql)
 
 
+@pytest.mark.rabbitmq
+@pytest.mark.postgres
+def test_its_own_tests_pass_with_its_apps_in_schemas_and_billing_on_a_database_of_its_own(project):
+    """The guide's production topologies at once, with the kernel's pytest plugin alone: orders and
+    billing each in a schema with a role of its own, billing's tables on a database of its own, and
+    no test of the project naming a database."""
+    broker_url = settings.BROKER_URL.split()[0]
+    with throwaway_database() as postgresql, throwaway_database() as billing:
+        deployment = Deployment(project, broker_url, postgresql=postgresql)
+        roles = deployment.prefix.replace("-", "_")
+        deployment.env |= {"SHOP_CONTEXT_ROLE_PREFIX": roles, "SHOP_BILLING_POSTGRESQL": billing["dbname"]}
+        try:
+            ran = deployment.pytest("-q", "-rA")
+        finally:
+            delete_queues(broker_url, deployment.prefix)
+            with psycopg.connect(dbname="postgres", autocommit=True, **without_name(postgresql)) as admin:
+                for label in ("orders", "billing"):
+                    admin.execute(f'DROP ROLE IF EXISTS "{roles}{label}"')
+    assert "10 passed" in ran, ran
+    assert "PASSED shop/tests.py::test_an_order_is_invoiced_through_the_broker" in ran
+
+
+def without_name(database: dict) -> dict:
+    return {key: value for key, value in database.items() if key != "dbname"}
+
+
 @contextlib.contextmanager
 def throwaway_database() -> Iterator[dict]:
     """A database of the test's own on this run's PostgreSQL server, dropped at the end."""
