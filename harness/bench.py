@@ -31,8 +31,9 @@ from django.utils import timezone
 from deliveries.events import DeliveryRequested, Location, PackageInfo
 from harness import simulation
 from harness.bench_relay import relay_process
-from outbox.core.brokers import amqp_parameters, broker_urls, reconnected_if_lost
+from outbox.core.brokers import broker_urls, reconnected_if_lost
 from outbox.core.publishing import publish
+from outbox.core.rabbitmq import amqp_parameters
 from outbox.core.retention import prune
 from outbox.core.subscriptions import message_to, queue_name, routing_table, subscribers_of
 from outbox.core.working_database import kernel_databases

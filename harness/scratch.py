@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django.db import connection, connections
 
 from delivery_project import database_url
-from outbox.core.brokers import amqp_parameters, broker_urls
+from outbox.core.brokers import broker_urls
+from outbox.core.rabbitmq import amqp_parameters
 from outbox.core.subscriptions import routing_table
 from outbox.core.working_database import kernel_databases
 

@@ -12,7 +12,7 @@ from outbox.core.surfaces import Surface
 # name -> (module, attribute): the one list of what the kernel promises the deployable.
 SURFACE: dict[str, tuple[str, str]] = {
     "broker_urls": ("outbox.core.brokers", "broker_urls"),
-    "amqp_parameters": ("outbox.core.brokers", "amqp_parameters"),
+    "amqp_parameters": ("outbox.core.rabbitmq", "amqp_parameters"),
     "describe_broker": ("outbox.core.brokers", "describe"),
     "kernel_databases": ("outbox.core.working_database", "kernel_databases"),
     "working_in": ("outbox.core.working_database", "working_in"),
@@ -21,7 +21,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "open_groups_everywhere": ("outbox.console.dead_letter_groups", "open_groups_everywhere"),
     "OutboxMessage": ("outbox.models", "OutboxMessage"),
     "DeadLetter": ("outbox.models", "DeadLetter"),
-    "QueueTypeRabbitmqBroker": ("outbox.core.brokers", "QueueTypeRabbitmqBroker"),
+    "QueueTypeRabbitmqBroker": ("outbox.core.rabbitmq", "QueueTypeRabbitmqBroker"),
     "queue_name": ("outbox.core.subscriptions", "queue_name"),
     "routing_table": ("outbox.core.subscriptions", "routing_table"),
     "acting_as": ("outbox.placement", "acting_as"),
@@ -63,8 +63,9 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
     from outbox.admin import ReadOnlyAdmin, timeline_link
     from outbox.console.dead_letter_groups import open_groups_everywhere
-    from outbox.core.brokers import QueueTypeRabbitmqBroker, amqp_parameters, broker_urls
+    from outbox.core.brokers import broker_urls
     from outbox.core.brokers import describe as describe_broker
+    from outbox.core.rabbitmq import QueueTypeRabbitmqBroker, amqp_parameters
     from outbox.core.subscriptions import queue_name, routing_table
     from outbox.core.working_database import kernel_databases, working_in
     from outbox.models import DeadLetter, OutboxMessage

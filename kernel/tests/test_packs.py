@@ -25,7 +25,7 @@ from outbox.core.dead_letters import record_dead_letter
 from outbox.core.subscriptions import PACK, actor_name, is_pack, message_to, pack_of, queue_name, subscribers
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.relaying.broker_letters import collect_broker_dead_letters
-from outbox.relaying.publishers import PipelinedPublisher
+from outbox.relaying.rabbitmq_publisher import PipelinedPublisher
 from outbox.relaying.relay import Relay
 from outbox.relaying.sweep import sweep_unacknowledged
 

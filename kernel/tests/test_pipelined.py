@@ -27,7 +27,8 @@ from outbox.core.publishing import publish
 from outbox.core.subscriptions import PACK, is_pack, queue_name
 from outbox.models import DeadLetter, OutboxMessage
 from outbox.relaying import leases
-from outbox.relaying.publishers import Outcome, PipelinedPublisher
+from outbox.relaying.publishers import Outcome
+from outbox.relaying.rabbitmq_publisher import PipelinedPublisher
 from outbox.relaying.relay import BrokerUnavailable, Relay
 
 pytestmark = [pytest.mark.integration, pytest.mark.rabbitmq]  # the pipelined publisher serves RabbitMQ

@@ -19,7 +19,8 @@ from outbox.core.subscriptions import queue_name
 from outbox.handling.dispatch import Outcome as Handled
 from outbox.handling.dispatch import dispatch
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
-from outbox.relaying.publishers import Outcome, PipelinedPublisher
+from outbox.relaying.publishers import Outcome
+from outbox.relaying.rabbitmq_publisher import PipelinedPublisher
 from outbox.relaying.relay import Relay
 from outbox.relaying.sweep import sweep_unacknowledged
 

@@ -11,8 +11,9 @@ import copy
 import dramatiq
 from django.conf import settings
 from django.core import checks
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.middleware import TimeLimit
+
+from outbox.core.brokers import is_rabbitmq
 
 DAY = 24 * 3600
 
@@ -107,7 +108,7 @@ def packs_end_within_the_consumer_timeout(app_configs=None, broker: dramatiq.Bro
         return []
     broker = broker or dramatiq.get_broker()
     limits = [m.time_limit for m in broker.middleware if isinstance(m, TimeLimit)]
-    if not isinstance(broker, RabbitmqBroker) or not limits or 2 * max(limits) < CONSUMER_TIMEOUT_MS:
+    if not is_rabbitmq(broker) or not limits or 2 * max(limits) < CONSUMER_TIMEOUT_MS:
         return []
     return [
         checks.Warning(

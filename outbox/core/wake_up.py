@@ -13,7 +13,6 @@ import uuid
 
 import dramatiq
 import psycopg
-import redis
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
@@ -21,6 +20,15 @@ from outbox.core.working_database import connection
 from outbox.observability.metrics import NOTIFY_UNHEARD
 
 logger = logging.getLogger(__name__)
+
+try:
+    from redis import Redis, RedisError
+except ImportError:  # a project on RabbitMQ alone: no Redis broker to nudge relays through
+
+    class RedisError(Exception):  # type: ignore[no-redef]
+        """Never raised: there is no Redis client."""
+
+    Redis = None  # type: ignore[assignment,misc]
 
 NOTIFY_CHANNEL = "outbox_pending"
 
@@ -32,7 +40,7 @@ def nudge() -> None:
         return
     try:
         client.publish(_channel(), b"")
-    except redis.RedisError as error:
+    except RedisError as error:
         logger.debug("relay nudge not sent: %s", error)
 
 
@@ -142,7 +150,7 @@ class ListenForNotify(Poll):
 class SubscribeToNudges(Poll):
     """Sleeps until a committed transaction nudges through the Redis broker, or the timeout."""
 
-    def __init__(self, stop: threading.Event, client: redis.Redis):
+    def __init__(self, stop: threading.Event, client: "Redis"):
         super().__init__(stop)
         self.pubsub = client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(_channel())
@@ -153,7 +161,7 @@ class SubscribeToNudges(Poll):
             while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
                 if self.pubsub.get_message(timeout=min(left, 0.5)) is not None:
                     return
-        except redis.RedisError:
+        except RedisError:
             super().__call__(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
@@ -168,12 +176,12 @@ def waiter(stop: threading.Event) -> Poll:
         client = _redis_of(dramatiq.get_broker())
         if client is not None:
             return SubscribeToNudges(stop, client)
-    except (psycopg.Error, redis.RedisError) as error:
+    except (psycopg.Error, RedisError) as error:
         logger.warning("relay wake-ups unavailable, polling instead: %s", error)
     return Poll(stop)
 
 
-def _redis_of(broker: dramatiq.Broker) -> redis.Redis | None:
+def _redis_of(broker: dramatiq.Broker) -> "Redis | None":
     return getattr(broker, "client", None)
 
 

@@ -12,12 +12,10 @@ from contextlib import ExitStack, contextmanager
 from functools import cache
 
 import dramatiq
-import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from dramatiq.middleware import TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter, RateLimiter, WindowRateLimiter
-from dramatiq.rate_limits.backends import RedisBackend
 
 # A worker that dies holding a slot frees it after this much longer than Dramatiq lets a handler
 # run: a slot that expired while its handler still ran would let one more in than the cap.
@@ -64,7 +62,11 @@ def _limiters(subscriber: str, _key: str) -> tuple[RateLimiter, ...]:
     return tuple(limiters)
 
 
-def _backend() -> RedisBackend:
+def _backend():
+    """Dramatiq's Redis backend for the counters; Redis's client is loaded only by a project with limits."""
+    import redis
+    from dramatiq.rate_limits.backends import RedisBackend
+
     if settings.OUTBOX_LIMITS_REDIS_URL:
         return RedisBackend(client=redis.Redis.from_url(settings.OUTBOX_LIMITS_REDIS_URL))
     broker_client = getattr(dramatiq.get_broker(), "client", None)

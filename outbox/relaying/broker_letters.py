@@ -14,13 +14,11 @@ import logging
 import uuid
 
 import dramatiq
-import pika.exceptions
 from django.db import DataError, transaction
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import xq_name
 from dramatiq.errors import DecodeError
 
-from outbox.core.brokers import reconnected_if_lost
+from outbox.core.brokers import is_rabbitmq, reconnected_if_lost
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import PACK, is_pack, queue_name
 from outbox.core.working_database import current
@@ -39,8 +37,10 @@ def collect_broker_dead_letters(broker: dramatiq.Broker, here: list[str], *, lim
     """Move what waits in the `.XQ` of each subscriber `here` into the dead-letter store (they have their
     letters and inbox on the database worked in: another database's relay takes the rest); how many
     it moved."""
-    if not isinstance(broker, RabbitmqBroker):
+    if not is_rabbitmq(broker):
         return 0
+    import pika.exceptions  # RabbitMQ's client, there with its broker
+
     # This thread's connection sits idle a sweep interval between uses: opened again if it was lost.
     reconnected_if_lost(broker)
     moved, failed = 0, None

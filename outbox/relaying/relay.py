@@ -11,6 +11,7 @@ it flow, then set aside as `unsendable` for each subscriber it had not reached.
 
 import logging
 import random
+import sys
 import threading
 import time
 import uuid
@@ -20,16 +21,13 @@ from datetime import timedelta
 from functools import partial
 
 import dramatiq
-import pika
-import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
-from dramatiq.brokers.redis import RedisBroker
 
 from outbox import placement
 from outbox.core import wake_up
+from outbox.core.brokers import is_rabbitmq, is_redis
 from outbox.core.dead_letters import Reason, record_dead_letter
 from outbox.core.subscriptions import message_to, queue_name, subscribers, subscribers_of
 from outbox.core.working_database import current, working_in
@@ -38,7 +36,7 @@ from outbox.observability import tracing
 from outbox.observability.metrics import RELAYED, SEND_FAILURES
 from outbox.relaying import heartbeats, leases
 from outbox.relaying.broker_letters import collect_broker_dead_letters
-from outbox.relaying.publishers import Outcome, PipelinedPublisher, RedisPipelinedPublisher
+from outbox.relaying.publishers import Outcome
 from outbox.relaying.queue_outages import QueueOutages, QueueUnavailable, Reached
 from outbox.relaying.sweep import Sweeper
 
@@ -46,7 +44,32 @@ logger = logging.getLogger(__name__)
 
 # A row failing alone counts towards being set aside only if other rows were sent this recently.
 SUSPICION_SECONDS = 60
-_BROKER_ERRORS = (dramatiq.errors.BrokerError, redis.exceptions.ConnectionError, OSError)
+try:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+except ImportError:  # a project on RabbitMQ alone has no Redis client
+    RedisConnectionError = OSError  # type: ignore[misc,assignment]
+_BROKER_ERRORS = (dramatiq.errors.BrokerError, RedisConnectionError, OSError)
+
+
+def _closed_by_the_broker(error: Exception | None) -> bool:
+    """RabbitMQ closed the channel (a copy it refused: too large, a bad property). Its client is
+    loaded whenever it raised, so it is asked only where it is there."""
+    exceptions = sys.modules.get("pika.exceptions")
+    return exceptions is not None and isinstance(error, exceptions.ChannelClosedByBroker)
+
+
+def publisher_for(broker: dramatiq.Broker, *, pack_size: int):
+    """The relay's publisher for `broker`: RabbitMQ's with its confirms, or Redis's pipeline; None
+    for another broker (each copy then goes through Dramatiq's `enqueue`). Each loads its client."""
+    if is_rabbitmq(broker) and broker.confirm_delivery:
+        from outbox.relaying.rabbitmq_publisher import PipelinedPublisher
+
+        return PipelinedPublisher(broker, pack_size=pack_size)
+    if is_redis(broker):
+        from outbox.relaying.redis_publisher import RedisPipelinedPublisher
+
+        return RedisPipelinedPublisher(broker)
+    return None
 
 
 class BrokerUnavailable(Exception):
@@ -91,11 +114,7 @@ class Relay:
         self.process, self.started_at = heartbeats.process_name("relay"), timezone.now()
         self.queues_down = QueueOutages()  # queues that return this relay's copies as unroutable
         self.reached = Reached()  # row id -> subscribers whose copy the broker took (outbox.relaying.queue_outages)
-        self.publisher: PipelinedPublisher | RedisPipelinedPublisher | None = None
-        if isinstance(self.broker, RabbitmqBroker) and self.broker.confirm_delivery:
-            self.publisher = PipelinedPublisher(self.broker, pack_size=settings.OUTBOX_RELAY_PACK_SIZE)
-        elif isinstance(self.broker, RedisBroker):
-            self.publisher = RedisPipelinedPublisher(self.broker)
+        self.publisher = publisher_for(self.broker, pack_size=settings.OUTBOX_RELAY_PACK_SIZE)
 
     def relay_batch(self) -> int:
         """Claim, send and mark one batch of due rows; return how many were published."""
@@ -152,7 +171,7 @@ class Relay:
             self._release(list(in_flight.values()))  # stopped by an error: claimed, not sent
 
     @property
-    def _pipelined(self) -> PipelinedPublisher | RedisPipelinedPublisher:
+    def _pipelined(self):
         """The publisher, in a relay that pipelines (on every broker but Dramatiq's stub)."""
         assert self.publisher is not None
         return self.publisher
@@ -202,7 +221,7 @@ class Relay:
                 suspects.append(self._refusal(row, outcome.acked.get(key, set())))
             if not unresolved:
                 continue
-            if not isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker):
+            if not _closed_by_the_broker(outcome.error):
                 return sent, suspects, [*unresolved.values(), *(row for g in groups for row in g)], outcome.error
             if len(unresolved) == 1:
                 suspects.append(_SendFailed(next(iter(unresolved.values())), outcome.error))
@@ -239,7 +258,7 @@ class Relay:
         waiting = [(row, outcome.unroutable[key]) for key, row in refused if outcome.unroutable.get(key)]
         refused = [(key, row) for key, row in refused if not outcome.unroutable.get(key)]
         suspects = suspects + [self._refusal(row, outcome.acked.get(key, set())) for key, row in refused]
-        if isinstance(outcome.error, pika.exceptions.ChannelClosedByBroker) and in_flight:
+        if _closed_by_the_broker(outcome.error) and in_flight:
             logger.warning(
                 "the broker closed the channel (%s): sending %d rows again in halves", outcome.error, len(in_flight)
             )
@@ -286,7 +305,7 @@ class Relay:
             return
         queues = set().union(*(queues for _, queues in waiting))
         wait = self.queues_down.returned(queues)
-        if isinstance(self.publisher, PipelinedPublisher):
+        if hasattr(self.publisher, "declare_again"):  # RabbitMQ's
             for queue in sorted(queues):
                 self.publisher.declare_again(queue)
         bound = settings.OUTBOX_RELAY_QUEUE_WAIT_SECONDS

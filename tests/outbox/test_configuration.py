@@ -12,8 +12,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from outbox.configuration import settings_from_environment
-from outbox.core.brokers import EMBEDDED_POLL_MS, EmbeddedRedisBroker
+from outbox.core.brokers import EMBEDDED_POLL_MS
 from outbox.core.conf import DEFAULTS
+from outbox.core.embedded import EmbeddedRedisBroker
 
 # A project's settings as the kernel's guide writes them: no LOGGING, nothing of the kernel's inside.
 A_PROJECT = """

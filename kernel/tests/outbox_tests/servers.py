@@ -12,7 +12,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from outbox.core.brokers import amqp_parameters, broker_urls
+from outbox.core.brokers import broker_urls
+from outbox.core.rabbitmq import amqp_parameters
 
 NOT_GIVEN = "which this run was not given"
 
