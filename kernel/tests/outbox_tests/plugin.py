@@ -74,9 +74,17 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    """pytest-django's throwaway database; through a PgBouncer (PGBOUNCER_ADMIN_PORT: its port), its
-    idle server connections to it are closed at the end, or the database could not be dropped."""
+    """pytest-django's throwaway database, dropped at the end: on PostgreSQL once every other session
+    on it has ended (a daemon thread's connection outlives its test now and then, and DROP DATABASE
+    refuses while one is open), and through a PgBouncer (PGBOUNCER_ADMIN_PORT: its port) once its idle
+    server connections to it are closed."""
     yield
+    if connection.vendor == "postgresql" and not os.environ.get("PGBOUNCER_ADMIN_PORT"):
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
     if port := os.environ.get("PGBOUNCER_ADMIN_PORT"):
         with django_db_blocker.unblock():
             connection.close()
