@@ -19,7 +19,7 @@ from deliveries.models import Customer
 from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.transitions import NotYet, TooLate
 from notifications.api import notify_me_router
-from notifications.services import TooManyRequests
+from notifications.services import NothingLeftToTell, TooManyRequests
 
 RETRY_AFTER_SECONDS = 5
 
@@ -76,9 +76,15 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api.add_router("/", deliveries)
-api.add_router("/", notify_me_router(owns_delivery=lambda customer, delivery_id: bool(
-    selectors.delivery_of(customer, delivery_id)
-)))  # fmt: skip
+
+
+def _delivery_state(customer: Customer, delivery_id) -> tuple[str, bool] | None:
+    """A delivery of the customer's status and whether it has ended, for the notifications' router."""
+    delivery = selectors.delivery_of(customer, delivery_id)
+    return None if delivery is None else (delivery.status, delivery.is_terminal)
+
+
+api.add_router("/", notify_me_router(delivery_state=_delivery_state))
 
 # A context's refusal, as the API answers it: its status, and the field of the request it names
 # (one the refusal names itself, `field`, wins); its message is the refusal's `reason`, if it has one.
@@ -92,6 +98,7 @@ REFUSALS: dict[type[Exception], tuple[int, str]] = {
     confirmation.WrongToken: (403, "token"),
     confirmation.WrongConfirmationType: (422, "confirmationType"),
     TooManyRequests: (409, "delivery"),
+    NothingLeftToTell: (409, "status"),
 }
 
 

@@ -1,6 +1,6 @@
 """The notifications' part of the REST API: a customer asks to be told of each status change of a
 delivery of theirs. The address is the notifications context's to keep (its own table, never an
-event); whose delivery it is, the deployable says when it mounts the router (`owns_delivery`)."""
+event); whose delivery it is and where it stands, the deployable says when it mounts the router (`delivery_state`)."""
 
 import re
 from collections.abc import Callable
@@ -50,8 +50,9 @@ class NotifyMeRequestOut(CamelSchema):
     created_at: datetime
 
 
-def notify_me_router(*, owns_delivery: Callable[[object, UUID], bool]) -> Router:
-    """The router, told by `owns_delivery(customer, delivery_id)` whether a delivery is the caller's."""
+def notify_me_router(*, delivery_state: Callable[[object, UUID], tuple[str, bool] | None]) -> Router:
+    """The router, told by `delivery_state(customer, delivery_id)` a delivery of the caller's status
+    and whether it has ended (None: no delivery of theirs)."""
     router = Router(tags=["notifications"])
 
     @router.post(
@@ -61,8 +62,12 @@ def notify_me_router(*, owns_delivery: Callable[[object, UUID], bool]) -> Router
         summary="Be told of each status change of a delivery, by e-mail, SMS or both",
     )
     def request_notifications(request, delivery_id: UUID, payload: NotifyMeRequestIn):
-        if not owns_delivery(request.auth, delivery_id):
+        state = delivery_state(request.auth, delivery_id)
+        if state is None:
             raise HttpError(404, f"no delivery {delivery_id}")
+        status, ended = state
+        if ended:
+            raise services.NothingLeftToTell(status)
         with acting_as("notifications"):  # under the notifications' role, in a request of the deliveries'
             created = services.request_notifications(
                 delivery_id=delivery_id, email_address=payload.email_address or "", sms=payload.sms or ""

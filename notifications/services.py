@@ -93,6 +93,14 @@ class TooManyRequests(Exception):
     """A delivery takes at most NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY requests."""
 
 
+class NothingLeftToTell(Exception):
+    """A delivery that has ended changes status no more: a request for it would never send anything."""
+
+    def __init__(self, status: str):
+        super().__init__(f"a delivery that is {status} has no status change left to tell")
+        self.reason = f"already_{status}"
+
+
 def request_notifications(*, delivery_id: UUID, email_address: str = "", sms: str = "") -> NotifyMeRequest:
     """Keep a notify-me request, within the delivery's cap. Concurrent requests for one delivery are
     counted one after another (a lock on the delivery's requests), or each could see room left."""

@@ -65,6 +65,17 @@ def test_only_the_owner_may_ask(customer, other_customer):
     assert not NotifyMeRequest.objects.exists()
 
 
+def test_a_delivery_that_has_ended_takes_no_request_naming_its_status(customer, fleet, db):
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id)
+
+    response = ask(customer, delivery_id, {"emailAddress": EMAIL})
+
+    assert response.status_code == 409, response.content
+    assert response.json()["errors"] == [{"field": "status", "message": "already_delivered"}]
+    assert not NotifyMeRequest.objects.exists()
+
+
 def test_each_status_change_is_sent_once_per_kind_even_when_an_event_comes_twice(customer, fleet, db, sms):
     delivery_id = requested(customer)
     response = ask(customer, delivery_id, {"emailAddress": EMAIL, "sms": PHONE})
