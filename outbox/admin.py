@@ -314,7 +314,12 @@ class DeadLetterAdmin(InChosenDatabase, ReadOnlyAdmin):
                 note=note,
             ),
         )
-        self.message_user(request, f"{action.capitalize()}ed {done} dead letter(s) of group {key}.", messages.SUCCESS)
+        if done or not problems:
+            self.message_user(
+                request, f"{action.capitalize()}ed {done} dead letter(s) of group {key}.", messages.SUCCESS
+            )
+        else:
+            self.message_user(request, f"{action.capitalize()}ed none of group {key}'s letters.", messages.ERROR)
         for problem in problems:
             self.message_user(request, problem, messages.WARNING)
 

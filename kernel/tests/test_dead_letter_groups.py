@@ -9,7 +9,7 @@ from django.contrib.admin.models import LogEntry
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
-from outbox_tests.letters import envelope
+from outbox_tests.letters import a_dead_letter, envelope
 from outbox_tests.relaying import envelopes
 
 from outbox.console.dead_letter_groups import open_groups
@@ -179,3 +179,20 @@ def test_letters_that_fail_after_a_groups_replay_say_the_group_reappeared(admin_
     call_command("dead_letters", "replay", "--group", group.key)
     assert open_groups() == [] and replayed.count() == 5
     assert OutboxMessage.objects.filter(target_subscriber="probe_b").count() == 5
+
+
+def test_a_group_with_nothing_a_replay_could_send_is_offered_no_replay(admin_client):
+    for n in range(2):
+        a_dead_letter(reason="unreadable", type="", message_id=None, envelope={"text": f"garbage {n}"}, error="no JSON")
+    letters(1, GatewayDown("gateway down"))
+    url = reverse("admin:outbox_deadletter_groups")
+    unreadable, outage = sorted(open_groups(), key=lambda group: group.reason != "unreadable")
+
+    html = admin_client.get(url).content.decode()
+    row = html[html.index(f'data-key="{unreadable.key}"') :].split("</tr>")[0]
+    assert "(no event type)" in row and "Replay" not in row and "Nothing a replay could send" in row
+    assert (unreadable.replayable, outage.replayable) == (False, True)
+
+    tried = admin_client.post(url, {"action": "replay", "key": unreadable.key}, follow=True).content.decode()
+    assert f"Replayed none of group {unreadable.key}" in tried and "Replayed 0" not in tried
+    assert DeadLetter.objects.filter(reason="unreadable", status="open").count() == 2

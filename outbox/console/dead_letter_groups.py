@@ -20,6 +20,8 @@ from django.db import DatabaseError
 from django.db.models import Count, Max, Min, Q
 
 from outbox.console.dead_letter_actions import CannotResolve, discard_dead_letter, replay_dead_letter
+from outbox.core.dead_letters import Reason
+from outbox.core.subscriptions import subscription
 from outbox.core.working_database import kernel_databases, working_in
 from outbox.models import DeadLetter
 
@@ -42,6 +44,12 @@ class Group:
     exception_type: str
     error: str  # the sample's, on one line
 
+    @property
+    def replayable(self) -> bool:
+        """Whether a replay could send its letters again: each holds an envelope (not `unreadable` or
+        `invalid_envelope`), to a subscriber that still handles its type."""
+        return self.reason not in NO_ENVELOPE and subscription(self.subscriber, self.event_type) is not None
+
     def as_json(self) -> dict:
         fields = asdict(self)
         fields["first_failed_at"] = self.first_failed_at.isoformat()
@@ -50,6 +58,7 @@ class Group:
         return fields
 
 
+NO_ENVELOPE = (Reason.UNREADABLE, Reason.INVALID_ENVELOPE)  # letters with nothing a replay could send
 _KEY = ("subscriber", "type", "reason", "fingerprint")  # what makes a group, as DeadLetter's fields
 
 
