@@ -110,12 +110,17 @@ def _reserve_at(assignment: Assignment, drone: Drone) -> datetime:
     return assignment.pickup_time - timedelta(seconds=approach + settings.DRONE_PICKUP_MARGIN_SECONDS)
 
 
+def reservation_timer_stream(delivery_id) -> str:
+    """The stream of a planned delivery's reservation timer, which its release takes back."""
+    return f"assignment:{delivery_id}:timer"
+
+
 def _plan_reservation(assignment: Assignment, reserve_at: datetime) -> None:
     assignment.status, assignment.reserve_at = Assignment.Status.PLANNED, reserve_at
     _save(assignment)
     publish(
         DroneReservationDue(delivery_id=assignment.delivery_id, round=assignment.round),
-        stream=f"assignment:{assignment.delivery_id}:timer",
+        stream=reservation_timer_stream(assignment.delivery_id),
         correlation_id=assignment.delivery_id,
         available_at=reserve_at,
     )

@@ -13,7 +13,7 @@ from drones.events import DroneGrounded, DronePackageReturned, DroneReturnedToSe
 from drones.flights import take_off
 from drones.geography import Point, distance_km
 from drones.models import Assignment, Drone
-from outbox.api import atomic, locked_row, publish, save_fields
+from outbox.api import atomic, locked_row, publish, save_fields, withdraw_scheduled
 
 FLEET_NAMESPACE = uuid.UUID("6f1c9f5e-4a35-4c1e-9a53-0d2a3c1b8e77")
 BEFORE_TAKEOFF = (Assignment.Status.PLANNED, Assignment.Status.WAITING, Assignment.Status.RESERVED)
@@ -190,6 +190,8 @@ def release_drone(*, delivery_id: UUID, reason: str) -> Assignment:
                 stream=f"drone:{assignment.drone_id}",
                 correlation_id=delivery_id,
             )
+        if assignment.status == Assignment.Status.PLANNED:  # its reservation timer is moot: taken back
+            withdraw_scheduled(stream=scheduling.reservation_timer_stream(delivery_id))
         if assignment.drone_id is not None and assignment.status in (
             Assignment.Status.RESERVED,
             Assignment.Status.FLYING,

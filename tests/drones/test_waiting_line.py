@@ -150,6 +150,20 @@ def test_a_pickup_twenty_minutes_ahead_is_planned_and_no_drone_is_held_for_it(cu
     assert "delivery.dispatched" not in [e.type for e in published(correlation_id=delivery_id)]
 
 
+def test_cancelling_a_planned_pickup_takes_its_reservation_timer_back(customer, fleet, db, settings):
+    settings.DRONE_PICKUP_MARGIN_SECONDS = 60
+    pickup = timezone.now() + timedelta(minutes=20)
+    delivery_id = requested(customer, pickupTime=pickup.isoformat(), deadline=None)
+    run_choreography(correlation_id=delivery_id)
+    assert OutboxMessage.objects.filter(type="drone.reservation_due", correlation_id=delivery_id).exists()
+
+    assert customer.cancel(delivery_id).status_code == 202
+    run_choreography(correlation_id=delivery_id)
+
+    assert assignment(delivery_id).status == "released"
+    assert not OutboxMessage.objects.filter(type="drone.reservation_due", published_at__isnull=True).exists()
+
+
 def test_a_future_pickup_waits_for_its_time_then_flies_no_earlier(customer, fleet, db, settings):
     from tests.waiting import wait_until
 
