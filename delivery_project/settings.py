@@ -338,12 +338,16 @@ DELIVERY_PICKUP_TIME_TOLERANCE_SECONDS = float(os.environ.get("DELIVERY_PICKUP_T
 # How far ahead a pickup time or a deadline may be: a booking, not a date a database cannot hold.
 DELIVERY_BOOKING_HORIZON_DAYS = float(os.environ.get("DELIVERY_BOOKING_HORIZON_DAYS", "90"))
 
-# Notifications: e-mail through Django's e-mail framework; on the console in development, over
-# SMTP in production (DJANGO_EMAIL_HOST and friends); tests use locmem. SMS through a callable
-# (to=, text=) named by NOTIFICATIONS_SMS_SENDER; the default only logs.
+# Notifications: e-mail through Django's e-mail framework; on the console in development and when
+# trying production mode locally (DJANGO_LOCAL_HTTP) with no DJANGO_EMAIL_HOST, over SMTP otherwise
+# (DJANGO_EMAIL_HOST and friends); tests use locmem. SMS through a callable (to=, text=) named by
+# NOTIFICATIONS_SMS_SENDER; the default only logs.
+_mail_on_console = DEBUG or (LOCAL_HTTP and "DJANGO_EMAIL_HOST" not in os.environ)
 EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND",
-    "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
+    "django.core.mail.backends.console.EmailBackend"
+    if _mail_on_console
+    else "django.core.mail.backends.smtp.EmailBackend",
 )
 EMAIL_HOST = os.environ.get("DJANGO_EMAIL_HOST", "localhost")
 EMAIL_PORT = int(os.environ.get("DJANGO_EMAIL_PORT", "587"))

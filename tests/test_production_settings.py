@@ -59,3 +59,18 @@ def test_workers_import_every_contexts_handlers_and_no_other_apps_tasks():
     modules = Command().discover_tasks_modules()
     assert not [m for m in modules if m.startswith("axes.")]
     assert {"packages.handlers", "drones.handlers", "deliveries.handlers", "notifications.handlers"} <= set(modules)
+
+
+def email_backend(**env: str) -> str:
+    run = manage("shell", "-c", "from django.conf import settings; print(settings.EMAIL_BACKEND)", **env)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip().splitlines()[-1]
+
+
+def test_trying_production_mode_locally_sends_mail_to_the_console_unless_an_smtp_host_is_set():
+    production_here = dict(DJANGO_DEBUG="0", DJANGO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_LOCAL_HTTP="1")
+
+    assert email_backend(**production_here) == "django.core.mail.backends.console.EmailBackend"
+    assert email_backend(**production_here, DJANGO_EMAIL_HOST="smtp.example.com").endswith("smtp.EmailBackend")
+    real = dict(DJANGO_DEBUG="0", DJANGO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_ALLOWED_HOSTS="api.example.com")
+    assert email_backend(**real) == "django.core.mail.backends.smtp.EmailBackend"
