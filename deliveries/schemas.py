@@ -25,7 +25,7 @@ from deliveries.deadlines import unmeetable
 def _text(value: object) -> object:
     """A JSON number is no timestamp: `"pickupTime": 0` would otherwise quietly mean 1970."""
     if not isinstance(value, str | datetime):
-        raise ValueError("must be an ISO 8601 date-time string")
+        raise ValueError("must be an ISO 8601 date-time string, like 2026-12-07T10:00:00Z")
     return value
 
 

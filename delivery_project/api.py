@@ -18,6 +18,7 @@ from deliveries.api import router as deliveries
 from deliveries.models import Customer
 from deliveries.rate_limits import CustomerRateThrottle
 from deliveries.transitions import NotYet, TooLate
+from delivery_project.field_errors import field_error_message
 from notifications.api import notify_me_router
 from notifications.services import NothingLeftToTell, TooManyRequests
 
@@ -124,7 +125,7 @@ def invalid_input(request, exc: ValidationError):
         path = [str(part) for part in loc if part not in ("body", "payload", "path", "query")]
         if loc[:1] in (("path",), ("query",)):  # a view's own parameter names, in the API's spelling
             path = [_camel(part) for part in path]
-        errors.append({"field": ".".join(path) or "body", "message": _plain(error.get("msg", "invalid"))})
+        errors.append({"field": ".".join(path) or "body", "message": field_error_message(error)})
     fields = ", ".join(e["field"] for e in errors)
     return _error(request, 422, f"invalid input: {fields}", errors)
 
@@ -133,13 +134,6 @@ def _camel(name: str) -> str:
     """delivery_id -> deliveryId: what every other error and the schema call it."""
     first, *rest = name.split("_")
     return first + "".join(part.title() for part in rest)
-
-
-def _plain(message: str) -> str:
-    """pydantic's message without its "Value error, " prefix (a validator's own words follow it)."""
-    for prefix in ("Value error, ", "Assertion failed, "):
-        message = message.removeprefix(prefix)
-    return message
 
 
 @api.exception_handler(HttpError)

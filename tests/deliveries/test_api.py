@@ -313,7 +313,63 @@ def test_a_validators_message_reaches_the_client_without_pydantics_prefix(custom
     response = customer.request(delivery_request(pickupTime=0))  # a number is no timestamp
     assert response.status_code == 422
     [error] = response.json()["errors"]
-    assert error == {"field": "pickupTime", "message": "must be an ISO 8601 date-time string"}
+    assert error == {
+        "field": "pickupTime",
+        "message": "must be an ISO 8601 date-time string, like 2026-12-07T10:00:00Z",
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "message"),
+    [
+        ("/api/deliveries/nonsense", None, "deliveryId", "must be a UUID, like 3fa85f64-5717-4562-b3fc-2c963f66afa6"),
+        ("/api/deliveryrequests", {"pickupLocation": "Seattle"}, "pickupLocation", "must be a JSON object"),
+        (
+            "/api/deliveryrequests",
+            {"pickupTime": "nonsense"},
+            "pickupTime",
+            "must be an ISO 8601 date-time string, like 2026-12-07T10:00:00Z",
+        ),
+        (
+            "/api/deliveryrequests",
+            {"pickupTime": "2026-13-01T10:00:00Z"},
+            "pickupTime",
+            "month value is outside expected range of 1-12",
+        ),
+        ("/api/deliveryrequests", {"expedited": "maybe"}, "expedited", "must be true or false"),
+        (
+            "/api/deliveryrequests",
+            {"packageInfo": {"size": "Huge", "weight": 1, "tag": "x"}},
+            "packageInfo.size",
+            "must be one of 'Small', 'Medium' or 'Large'",
+        ),
+        (
+            "/api/deliveryrequests",
+            {"dropOffLocation": {"latitude": 47.6, "longitude": 500}},
+            "dropOffLocation.longitude",
+            "must be at most 180",
+        ),
+        ("/api/deliveryrequests", {"dropOffLocation": None}, "dropOffLocation", "must be a JSON object"),
+    ],
+)
+def test_a_refused_field_is_told_the_apis_rule_not_how_pydantics_parser_failed(customer, path, body, field, message):
+    """Not "invalid character: found `n` at 0" nor "a valid dictionary or object to extract fields from"."""
+    response = customer.client.get(path) if body is None else customer.request(delivery_request(**body))
+    assert response.status_code == 422
+    [error] = [error for error in response.json()["errors"] if error["field"] == field]
+    assert message in error["message"]
+    assert "Input should" not in error["message"] and "found `" not in error["message"]
+
+
+def test_a_missing_field_and_an_unknown_one_are_named_in_plain_words(customer):
+    body = delivery_request(colour="red")
+    del body["pickupTime"]
+    response = customer.request(body)
+    assert response.status_code == 422
+    assert {e["field"]: e["message"] for e in response.json()["errors"]} == {
+        "pickupTime": "required",
+        "colour": "not a field of this request",
+    }
 
 
 def test_the_contract_says_what_a_drone_carries_by_size_where_a_client_reads_it(db, settings):
