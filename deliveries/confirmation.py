@@ -53,9 +53,9 @@ def issue_confirmation_token(*, delivery_id: UUID, customer: Customer) -> str:
                 )
             if delivery.status in (*Delivery.BEFORE_DISPATCH, Status.IN_TRANSIT):
                 raise NotYet(
-                    f"a delivery that is {delivery.status} cannot be given a confirmation token yet: "
-                    "ask again once it is awaiting_confirmation",
-                    f"not_yet_{delivery.status}",
+                    f"the delivery is {delivery.status}: its drone has not reached the drop-off, so it cannot "
+                    "be given a confirmation token yet; ask again once it is awaiting_confirmation",
+                    "not_yet_arrived",
                 )
             raise TooLate(delivery.status, "given a confirmation token")
         token = secrets.token_urlsafe(32)
@@ -90,7 +90,9 @@ def confirm_delivery(*, delivery_id: UUID, customer: Customer, confirmation: Con
             raise TooLate(delivery.status, "confirmed")
         stored = delivery.confirmation_token_hash
         if not stored or not hmac.compare_digest(_digest(confirmation.token), stored):
-            raise WrongToken("not this delivery's confirmation token")
+            raise WrongToken(
+                "not this delivery's current confirmation token: asking for a token replaces the one before"
+            )
         if confirmation.confirmation_type != delivery.confirmation_required:
             raise WrongConfirmationType(
                 f"this delivery asks for {delivery.confirmation_required}, not {confirmation.confirmation_type}"

@@ -168,7 +168,14 @@ def test_only_the_tokens_hash_is_stored_and_asking_again_replaces_the_token(cust
     stored = Delivery.objects.get(id=delivery_id).confirmation_token_hash
     assert first != second and stored == hashlib.sha256(second.encode()).hexdigest()
     assert first not in stored and second not in stored
-    assert confirm(customer, delivery_id, token=first).status_code == 403  # replaced: it opens nothing
+    replaced = confirm(customer, delivery_id, token=first)
+    assert replaced.status_code == 403  # replaced: it opens nothing, and the answer does not deny it was issued
+    assert replaced.json()["errors"] == [
+        {
+            "field": "token",
+            "message": "not this delivery's current confirmation token: asking for a token replaces the one before",
+        }
+    ]
     assert confirm(customer, delivery_id, token=second).status_code == 200
     late = customer.client.post(f"/api/deliveries/{delivery_id}/confirmation-token")
     assert late.status_code == 409 and late.json()["errors"][0]["field"] == "status"
@@ -177,9 +184,21 @@ def test_only_the_tokens_hash_is_stored_and_asking_again_replaces_the_token(cust
 def test_a_token_asked_for_too_early_says_not_yet_and_one_never_needed_says_so(customer, fleet):
     early = customer.client.post(f"/api/deliveries/{requested(customer)}/confirmation-token")
     assert early.status_code == 409
-    assert early.json()["errors"] == [{"field": "status", "message": "not_yet_requested"}]
-    assert "cannot be given a confirmation token yet" in early.json()["detail"]
+    assert early.json()["errors"] == [{"field": "status", "message": "not_yet_arrived"}]
+    assert early.json()["detail"].startswith("the delivery is requested: its drone has not reached the drop-off")
 
     never = customer.client.post(f"/api/deliveries/{requested(customer, 'None')}/confirmation-token")
     assert never.status_code == 409
     assert never.json()["errors"] == [{"field": "status", "message": "no_confirmation_required"}]
+
+
+def test_a_token_asked_for_in_flight_says_the_drone_has_not_arrived_not_that_it_is_not_in_transit(customer, fleet, db):
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("drone.arrived",))
+    assert Delivery.objects.get(id=delivery_id).status == "in_transit"
+
+    early = customer.client.post(f"/api/deliveries/{delivery_id}/confirmation-token")
+
+    assert early.status_code == 409
+    assert early.json()["errors"] == [{"field": "status", "message": "not_yet_arrived"}]
+    assert early.json()["detail"].startswith("the delivery is in_transit: its drone has not reached the drop-off")
