@@ -19,8 +19,10 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
+from outbox import placement
 from outbox.console import choreography_map
 from outbox.console.database_choice import (
+    PARAMETER,
     InChosenDatabase,
     choice,
     in_chosen,
@@ -137,9 +139,7 @@ class OutboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
                 choreography_map.to_svg(
                     choreography_map.graph(),
                     counts=choreography_map.edge_counts(since=now - timedelta(hours=1)),
-                    links=lambda subscriber, event_type: tuple(
-                        in_chosen(link, request) for link in _edge_links(subscriber, event_type)
-                    ),
+                    links=lambda subscriber, event_type: _edge_links(subscriber, event_type, request),
                 )
             ),
             "pending": pending,
@@ -428,12 +428,14 @@ class DeadLetterAdmin(InChosenDatabase, ReadOnlyAdmin):
         return TemplateResponse(request, "admin/outbox/discard.html", context)
 
 
-def _edge_links(subscriber: str, event_type: str) -> tuple[str, str]:
-    """The choreography map's counts link to the messages they count."""
-    inbox = (
-        reverse("admin:outbox_inboxmessage_changelist")
-        + "?"
-        + urlencode({"subscriber": subscriber, "type": event_type})
-    )
+def _edge_links(subscriber: str, event_type: str, request) -> tuple[str, str]:
+    """The choreography map's counts link to the messages they count: those handled on the
+    subscriber's database, the open letters on the page's."""
+    handled = {"subscriber": subscriber, "type": event_type}
+    if choice(request)["databases"]:
+        handled[PARAMETER] = placement.database_of_subscriber(subscriber)
     query = urlencode({"status__exact": "open", "subscriber": subscriber, "type": event_type})
-    return inbox, reverse("admin:outbox_deadletter_changelist") + "?" + query
+    return (
+        reverse("admin:outbox_inboxmessage_changelist") + "?" + urlencode(handled),
+        in_chosen(reverse("admin:outbox_deadletter_changelist") + "?" + query, request),
+    )

@@ -2,12 +2,16 @@
 cause; operators see them as one group, with its count, first and last failure and a sample, and
 replay or discard it whole, from the admin, `manage.py dead_letters` or a script reading JSON."""
 
+import os
+import shutil
 import uuid
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connections
 from django.urls import reverse
 from outbox_tests.letters import a_dead_letter, envelope
 from outbox_tests.relaying import envelopes
@@ -196,3 +200,48 @@ def test_a_group_with_nothing_a_replay_could_send_is_offered_no_replay(admin_cli
     tried = admin_client.post(url, {"action": "replay", "key": unreadable.key}, follow=True).content.decode()
     assert f"Replayed none of group {unreadable.key}" in tried and "Replayed 0" not in tried
     assert DeadLetter.objects.filter(reason="unreadable", status="open").count() == 2
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags for a closed network: without them Chromium keeps trying to reach Google's hosts.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                 "--disable-background-networking", "--disable-component-update"]  # fmt: skip
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    """Debian's headless Chromium, driven by Playwright; skipped (which fails a run under CI=true) without them."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install playwright)")
+    # Playwright's sync API runs an event loop in this thread; the test's ORM calls stay synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+        connections.close_all()  # the test's connections, opened in Playwright's context, end with it
+
+
+def test_the_groups_page_fits_a_1280_px_screen_whatever_the_errors_names(live_server, browser):
+    """Dotted exception names do not break where a browser would: unbroken, they widened the error
+    column until the page scrolled sideways and the Replay and Discard buttons were off screen."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    for exception_type in ("builtins.ConnectionRefusedError", "outbox.relaying.broker_letters.SetAsideByTheBroker"):
+        for _ in range(2):
+            a_dead_letter(exception_type=exception_type, error=f"{exception_type}:{exception_type}.while_sending")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}/admin/login/?next={reverse('admin:outbox_deadletter_groups')}")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#dead-letter-groups")
+
+    assert page.locator("tr.group").count() == 2
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    buttons = page.locator("#dead-letter-groups button")
+    assert buttons.count() == 4  # a Replay and a Discard for each group
+    for button in buttons.all():
+        box = button.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1280, (button.inner_text(), box)

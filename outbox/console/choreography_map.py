@@ -11,12 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import DatabaseError
 from django.db.models import Count
 
 from outbox.console import svg
 from outbox.core.contracts import Event, contracts
 from outbox.core.subscriptions import Subscription, routing_table
 from outbox.models import DeadLetter, InboxMessage
+from outbox.placement import database_of_subscriber
 
 LANE, ROW, TOP, LEFT = 200.0, 30.0, 64.0, 24.0
 MARKERS = ("<!-- show_routes --format mermaid -->", "<!-- /show_routes -->")
@@ -108,7 +110,8 @@ def to_dot(g: Graph) -> str:
     return "\n".join(lines) + "\n}\n"
 
 
-Counts = Mapping[tuple[str, str], tuple[int, int]]  # (subscriber, type) -> (handled lately, dead letters open)
+# (subscriber, type) -> (handled lately, None if its database did not answer; dead letters open)
+Counts = Mapping[tuple[str, str], tuple[int | None, int]]
 Links = Callable[[str, str], tuple[str, str]]  # (subscriber, type) -> (its handled messages, its open dead letters)
 
 
@@ -145,17 +148,34 @@ def to_svg(g: Graph, *, counts: Counts | None = None, links: Links | None = None
     return svg.document(width, height, body, cls="choreography", title="The choreography: who publishes what to whom")
 
 
-def edge_counts(*, since: datetime) -> dict[tuple[str, str], tuple[int, int]]:
-    """(subscriber, type) -> (messages handled since `since`, dead letters open): two grouped
-    queries, the first on the inbox's index of processed_at, the second on the letters' status."""
-    counts: dict[tuple[str, str], tuple[int, int]] = {}
-    handled = InboxMessage.objects.filter(processed_at__gte=since).values_list("subscriber", "type")
-    for subscriber, event_type, n in handled.annotate(n=Count("id")).order_by():
-        counts[(subscriber, event_type)] = (n, 0)
+def edge_counts(*, since: datetime) -> dict[tuple[str, str], tuple[int | None, int]]:
+    """(subscriber, type) -> (messages handled since `since`, counted on the subscriber's database,
+    None if it did not answer; dead letters open in the database worked in now): grouped queries."""
+    counts: dict[tuple[str, str], tuple[int | None, int]] = {}
+    for database, routed in _routed_by_database().items():
+        handled = InboxMessage.objects.using(database).filter(
+            processed_at__gte=since, subscriber__in={s for s, _ in routed}
+        )
+        try:
+            rows = list(handled.values_list("subscriber", "type").annotate(n=Count("id")).order_by())
+        except DatabaseError:  # a false 0 would say its subscribers are idle
+            counts |= dict.fromkeys(routed, (None, 0))
+            continue
+        for subscriber, event_type, n in rows:
+            counts[(subscriber, event_type)] = (n, 0)
     dead = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).values_list("subscriber", "type")
     for subscriber, event_type, n in dead.annotate(n=Count("id")).order_by():
         counts[(subscriber, event_type)] = (counts.get((subscriber, event_type), (0, 0))[0], n)
     return counts
+
+
+def _routed_by_database() -> dict[str, list[tuple[str, str]]]:
+    """Each (subscriber, type) of the routing table under the database its handled messages are on."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for event_type, subs in routing_table().items():
+        for sub in subs:
+            found.setdefault(database_of_subscriber(sub.subscriber), []).append((sub.subscriber, event_type))
+    return found
 
 
 def _arrow(start, y, end, route: Route, subscriber: str, counts: Counts | None, links: Links | None) -> str:
@@ -164,7 +184,8 @@ def _arrow(start, y, end, route: Route, subscriber: str, counts: Counts | None, 
     if counts is not None:
         urls = links(subscriber, route.event_type) if links else (None, None)
         at = end + (34 if end == start else 6)
-        shapes.append(svg.group([svg.text(at, y + 13, f"{handled}/h", cls="count")], href=urls[0]))
+        rate = "—/h" if handled is None else f"{handled}/h"  # unknown: its database did not answer
+        shapes.append(svg.group([svg.text(at, y + 13, rate, cls="count")], href=urls[0]))
         if dead:
             shapes.append(svg.group([svg.text(at + 48, y + 13, f"x{dead} dead", cls="dead-count")], href=urls[1]))
     return svg.group(shapes, cls="dead" if dead else "", subscriber=subscriber)

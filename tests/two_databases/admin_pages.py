@@ -6,19 +6,22 @@ Each database numbers its rows itself, so a letter #N may be on both: every page
 audit entry must be of the database the operator chose."""
 
 import re
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
-from outbox_tests.letters import a_dead_letter
+from outbox_tests.letters import a_dead_letter, envelope
 
 from outbox.core.working_database import working_in
-from outbox.models import DeadLetter, Heartbeat, OutboxMessage
+from outbox.handling.dispatch import dispatch
+from outbox.models import DeadLetter, Heartbeat, InboxMessage, OutboxMessage
+from tests.two_databases.dead_letter_groups import drones_away  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 LIST = "/admin/outbox/deadletter/"
+OVERVIEW = "/admin/outbox/outboxmessage/overview/"
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +154,8 @@ def test_the_overview_keeps_the_database_in_its_links_and_lists_the_relays_of_bo
         )
     html = admin_client.get("/admin/outbox/outboxmessage/overview/?database=drones").content.decode()
     links = [link for link in re.findall(r'href="(/admin/outbox/[^"]*\?[^"]*)"', html) if "timeline" not in link]
-    assert links and all("database=drones" in link for link in links), links
+    kept = [link for link in links if not link.startswith("/admin/outbox/inboxmessage/?subscriber=")]
+    assert kept and all("database=drones" in link for link in kept), kept  # the map's rates: their own test
     assert "relay@host:default <small>(default)" in html and "relay@host:drones <small>(drones)" in html
 
 
@@ -173,3 +177,46 @@ def test_the_overview_of_one_database_says_where_else_letters_are_open(admin_cli
     assert 'Open dead letters on other databases:\n<a href="?database=drones">drones: 2</a>' in html
     there = admin_client.get("/admin/outbox/outboxmessage/overview/?database=drones").content.decode()
     assert "dead-letters-elsewhere" not in there  # default has none open
+
+
+def arrow(html: str, event_type: str, subscriber: str) -> tuple[str, str]:
+    """The rate the overview's map shows on an arrow, and where it links."""
+    edge = html[html.index(f'data-type="{event_type}"') :]
+    drawn = edge[edge.index(f'data-subscriber="{subscriber}"') :]
+    link, rate = re.search(r'<a href="([^"]*)"><text [^>]*class="count"[^>]*>([^<]*)</text>', drawn).groups()
+    return rate, link.replace("&amp;", "&")
+
+
+def completed_on_drones() -> None:
+    """The drones handle a delivery.completed, on their database."""
+    delivery_id = str(uuid4())
+    body = envelope(type="delivery.completed", payload={"delivery_id": delivery_id}, stream=f"delivery:{delivery_id}")
+    dispatch(subscriber="drones", body=body)
+    assert InboxMessage.objects.using("drones").filter(subscriber="drones").count() == 1
+
+
+def test_the_overviews_map_counts_each_arrows_messages_on_its_subscribers_database(admin_client):
+    """An arrow to the drones counts what they handled on their database, whichever database the
+    page shows (counted on the page's, it read a false 0/h); each rate links to what it counts."""
+    completed_on_drones()
+
+    for query in ("", "?database=drones"):
+        html = admin_client.get(OVERVIEW + query).content.decode()
+        rate, link = arrow(html, "delivery.completed", "drones")
+        assert rate == "1/h", query
+        assert link == "/admin/outbox/inboxmessage/?subscriber=drones&type=delivery.completed&database=drones"
+        assert arrow(html, "delivery.completed", "notifications") == (
+            "0/h",
+            "/admin/outbox/inboxmessage/?subscriber=notifications&type=delivery.completed&database=default",
+        )
+    listed = admin_client.get(link).context["cl"].result_list
+    assert [(row.subscriber, row.type) for row in listed] == [("drones", "delivery.completed")]
+
+
+@pytest.mark.django_db(databases="__all__", transaction=True)
+@pytest.mark.usefixtures("drones_away")
+def test_an_arrow_whose_subscribers_database_does_not_answer_shows_no_rate_rather_than_0(admin_client):
+    """Unknown is not idle: the drones' arrows say "—", the others still count."""
+    html = admin_client.get(OVERVIEW).content.decode()
+    assert arrow(html, "delivery.completed", "drones")[0] == "—/h"
+    assert arrow(html, "delivery.completed", "notifications")[0] == "0/h"
