@@ -18,45 +18,58 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
 from outbox.core.working_database import kernel_databases
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage, Stream, StreamCursor
+from outbox.placement.databases import database_of
 from outbox.placement.roles import context_role, enabled, search_path
 from outbox.placement.rows import out_of_date, own_rows
 
 
 def own_schemas(*, using: str = "default") -> list[str]:
-    """Give each context its schema and role, and the kernel its schema: create what is missing, move each app's
-    tables into its schema, and grant each role its own schema and the kernel's tables. Run after every `migrate`
+    """Give each context on this database its schema, every context its role, and the kernel its schema: create what
+    is missing, move each app's tables into its schema, and grant each role here its own schema and the kernel's
+    tables. Run after every `migrate`
     (post_migrate), so that a table a later migration adds joins its schema; what it did, one line each."""
     conn = connections[using]
     if not enabled(conn):
         return []
+    existed = _tables_before_migrate.pop(using, None)
     quote = conn.ops.quote_name
-    owners = {label: label for label in settings.OUTBOX_CONTEXTS} | {"outbox": settings.OUTBOX_SCHEMA}
-    home = {table: schema for label, schema in owners.items() for table in tables_of(apps.get_app_config(label))}
+    # Only the contexts whose tables are on this database get a schema and grants here; every
+    # context's role is made (roles belong to the cluster, and the row policies name them all).
+    here = [label for label in settings.OUTBOX_CONTEXTS if database_of(label) == using]
+    home = _homes(using)
     roles = [context_role(label) for label in settings.OUTBOX_CONTEXTS]
     kernel = settings.OUTBOX_SCHEMA
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relname = ANY(%s) AND c.relkind IN ('r', 'p') AND n.nspname = ANY(%s)",
-            [list(home), ["public", *owners.values()]],
-        )
-        misplaced = [(table, schema) for table, schema in cursor.fetchall() if home[table] != schema]
+        misplaced = [(table, schema) for table, schema in _schemas_of(cursor, home) if home[table] != schema]
         cursor.execute("SELECT count(*) FROM pg_roles WHERE rolname = ANY(%s)", [roles])
-        if not misplaced and cursor.fetchone()[0] == len(roles) and _kernel_grants_in_place(cursor, roles):
+        if (
+            not misplaced
+            and cursor.fetchone()[0] == len(roles)
+            and _kernel_grants_in_place(cursor, [context_role(label) for label in here])
+        ):
             return []  # all in place already: one catalog query
         done = []
-        for schema in owners.values():
+        for schema in [*here, kernel]:
             cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
             cursor.execute(f"REVOKE ALL ON SCHEMA {quote(schema)} FROM PUBLIC")
         # First in every search_path: a role that could create a table there could shadow another
         # context's (PostgreSQL 15 revokes it by default; 14 grants it to everyone).
         cursor.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        placed: dict[str, int] = {}
         for table, schema in misplaced:  # the rows stay where they are: SET SCHEMA changes the catalog only
             cursor.execute(f"ALTER TABLE {quote(schema)}.{quote(table)} SET SCHEMA {quote(home[table])}")
-            done.append(f"moved {schema}.{table} into {home[table]}")
+            if existed is not None and table not in existed:  # made by this migrate, in public first
+                placed[home[table]] = placed.get(home[table], 0) + 1
+            else:
+                done.append(f"moved {schema}.{table} into {home[table]}")
+        if placed:
+            each = ", ".join(f"{schema} {count}" for schema, count in sorted(placed.items()))
+            done.insert(0, f"put the {sum(placed.values())} new tables into their schemas: {each}")
         superuser, _ = _set_search_path(cursor, conn)
         for label, role in zip(settings.OUTBOX_CONTEXTS, roles, strict=True):
             _create_role(cursor, role, superuser=superuser)
+            if label not in here:
+                continue
             own, to = quote(label), quote(role)
             for schema in (own, quote(kernel)):
                 cursor.execute(f"GRANT USAGE ON SCHEMA {schema} TO {to}")
@@ -70,6 +83,28 @@ def own_schemas(*, using: str = "default") -> list[str]:
             cursor.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {quote(kernel)} TO {to}")
             done.append(f"granted {role} its schema {label} and its part of the kernel's {kernel}")
     return done
+
+
+# Per database alias, the tables of the contexts and the kernel that existed when its `migrate` began
+# (pre_migrate): the rest are new, and own_schemas says so rather than that it moved them.
+_tables_before_migrate: dict[str, set[str]] = {}
+
+
+def _homes(using: str) -> dict[str, str]:
+    """Each table of the contexts on this database and of the kernel -> the schema it belongs in."""
+    here = [label for label in settings.OUTBOX_CONTEXTS if database_of(label) == using]
+    owners = {label: label for label in here} | {"outbox": settings.OUTBOX_SCHEMA}
+    return {table: schema for label, schema in owners.items() for table in tables_of(apps.get_app_config(label))}
+
+
+def _schemas_of(cursor, home: dict[str, str]) -> list[tuple[str, str]]:
+    """(table, schema) of each table of `home` in public or in one of its schemas."""
+    cursor.execute(
+        "SELECT c.relname, n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relname = ANY(%s) AND c.relkind IN ('r', 'p') AND n.nspname = ANY(%s)",
+        [list(home), ["public", *set(home.values())]],
+    )
+    return cursor.fetchall()
 
 
 # What a context's role may do with each of the kernel's tables: what the kernel does there for its
@@ -140,6 +175,7 @@ def before_migrate(sender, using="default", verbosity=1, stdout=None, **kwargs) 
     if not enabled(conn):
         return
     with transaction.atomic(using=using), conn.cursor() as cursor:
+        _tables_before_migrate[using] = {table for table, _ in _schemas_of(cursor, _homes(using))}
         _, changed = _set_search_path(cursor, conn)
     if changed and settings.OUTBOX_TRANSACTION_POOLER:
         said = end_sessions_begun_before_the_path(using=using)

@@ -58,7 +58,7 @@ def policies() -> dict[tuple[str, str], str]:
 
 def own_rows(*, using: str = "default") -> list[str]:
     """Turn row-level security on for the kernel's tables with an owner, and give each context role
-    its policy on each; what it did, one line each (nothing when all is in place)."""
+    its policy on each; what it did, a line per role (nothing when all is in place)."""
     conn = connections[using]
     quote = conn.ops.quote_name
     wanted = policies()
@@ -67,7 +67,7 @@ def own_rows(*, using: str = "default") -> list[str]:
         secured, have = _in_place(cursor, tables)
         if secured == set(tables) and all(have.get(key) == condition for key, condition in wanted.items()):
             return []
-        done = []
+        written: dict[str, list[str]] = {}
         for table in tables:
             on = f"{quote(settings.OUTBOX_SCHEMA)}.{quote(table)}"
             if table not in secured:
@@ -78,8 +78,9 @@ def own_rows(*, using: str = "default") -> list[str]:
                 cursor.execute(f"DROP POLICY IF EXISTS {quote(role)} ON {on}")
                 cursor.execute(f"CREATE POLICY {quote(role)} ON {on} TO {quote(role)} {condition}")
                 cursor.execute(f"COMMENT ON POLICY {quote(role)} ON {on} IS {_literal(condition)}")
-                done.append(f"{role} may use only its own rows of {table}: {condition}")
-    return done
+                written.setdefault(role, []).append(table)
+    # One line a role (each policy's condition is its comment: psql's `\dp` shows it).
+    return [f"{role} may use only its own rows of {', '.join(of)}" for role, of in written.items()]
 
 
 def out_of_date(*, using: str = "default") -> list[str]:

@@ -18,6 +18,7 @@ import uuid
 from urllib.parse import urlencode
 
 import pytest
+from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connection, transaction
@@ -191,7 +192,13 @@ def test_drones_on_a_database_of_their_own_deliver_and_each_database_keeps_its_c
         server.create_database(DATABASE)
         two = {**env, "CONTEXT_DATABASE_URLS": f"drones={server.url(DATABASE)}"}
         manage(two, "migrate", "--noinput")
-        manage(two, "migrate", "--noinput", "--database", "drones")
+        said = manage(two, "migrate", "--noinput", "--database", "drones")
+        # Only the drones' schema and the kernel's on their database, and grants for their role alone.
+        assert "moved public." not in said and "new tables into their schemas: drones " in said, said
+        prefix = settings.OUTBOX_CONTEXT_ROLE_PREFIX
+        assert f"granted {prefix}drones" in said and f"granted {prefix}deliveries" not in said, said
+        schemas = "SELECT nspname FROM pg_namespace WHERE nspname IN ('deliveries', 'drones', 'outbox')"
+        assert sorted(row[0] for row in _on_server(server, schemas)) == ["drones", "outbox"]
         manage(two, "seed_fleet", "3", "--latitude", str(BASE[0]), "--longitude", str(BASE[1]))
         token = manage(two, "create_customer", "alice").splitlines()[-1]
         with System(two, tmp_path, relays_for=("default", "drones")) as system:

@@ -72,6 +72,9 @@ def test_a_fresh_deployment_behind_pgbouncer_delivers(pgbouncer, empty_database,
 
     said = manage(deployed, "migrate", "--noinput")
     assert "ended" in said and "sessions that began before the search_path was set" in said, said
+    # Tables this migrate made are said to be new, in one line, not "moved" out of public one by one.
+    assert "moved public." not in said, said
+    assert "put the " in said and " new tables into their schemas: deliveries " in said, said
 
     # Every server session PgBouncer now holds finds the contexts' tables, whichever client it is given to.
     found = _at_once(through, SERVER_SESSIONS + 2, "SELECT to_regclass('drones_drone') IS NOT NULL")
