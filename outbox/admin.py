@@ -138,7 +138,9 @@ class OutboxMessageAdmin(InChosenDatabase, ReadOnlyAdmin):
             "choreography": mark_safe(  # drawn by outbox.console.svg, which escapes every text it is given
                 choreography_map.to_svg(
                     choreography_map.graph(),
-                    counts=choreography_map.edge_counts(since=now - timedelta(hours=1)),
+                    counts=choreography_map.edge_counts(
+                        since=now - timedelta(hours=1), database_of=placement.database_of_subscriber
+                    ),
                     links=lambda subscriber, event_type: _edge_links(subscriber, event_type, request),
                 )
             ),

@@ -18,7 +18,6 @@ from outbox.console import svg
 from outbox.core.contracts import Event, contracts
 from outbox.core.subscriptions import Subscription, routing_table
 from outbox.models import DeadLetter, InboxMessage
-from outbox.placement import database_of_subscriber
 
 LANE, ROW, TOP, LEFT = 200.0, 30.0, 64.0, 24.0
 MARKERS = ("<!-- show_routes --format mermaid -->", "<!-- /show_routes -->")
@@ -148,11 +147,12 @@ def to_svg(g: Graph, *, counts: Counts | None = None, links: Links | None = None
     return svg.document(width, height, body, cls="choreography", title="The choreography: who publishes what to whom")
 
 
-def edge_counts(*, since: datetime) -> dict[tuple[str, str], tuple[int | None, int]]:
-    """(subscriber, type) -> (messages handled since `since`, counted on the subscriber's database,
-    None if it did not answer; dead letters open in the database worked in now): grouped queries."""
+def edge_counts(*, since: datetime, database_of: Callable[[str], str]) -> dict[tuple[str, str], tuple[int | None, int]]:
+    """(subscriber, type) -> (messages handled since `since`, counted on the subscriber's database as
+    `database_of` names it, None if it did not answer; dead letters open in the database worked in
+    now): grouped queries."""
     counts: dict[tuple[str, str], tuple[int | None, int]] = {}
-    for database, routed in _routed_by_database().items():
+    for database, routed in _routed_by_database(database_of).items():
         handled = InboxMessage.objects.using(database).filter(
             processed_at__gte=since, subscriber__in={s for s, _ in routed}
         )
@@ -169,12 +169,12 @@ def edge_counts(*, since: datetime) -> dict[tuple[str, str], tuple[int | None, i
     return counts
 
 
-def _routed_by_database() -> dict[str, list[tuple[str, str]]]:
+def _routed_by_database(database_of: Callable[[str], str]) -> dict[str, list[tuple[str, str]]]:
     """Each (subscriber, type) of the routing table under the database its handled messages are on."""
     found: dict[str, list[tuple[str, str]]] = {}
     for event_type, subs in routing_table().items():
         for sub in subs:
-            found.setdefault(database_of_subscriber(sub.subscriber), []).append((sub.subscriber, event_type))
+            found.setdefault(database_of(sub.subscriber), []).append((sub.subscriber, event_type))
     return found
 
 
