@@ -26,7 +26,7 @@ def block(admin_client) -> str:
 
 def warnings(html: str) -> list[str]:
     return [
-        " ".join(re.sub(r"<[^>]+>", " ", item).split()) for item in re.findall(r"<li[^>]*>(.*?)</li>", html, re.DOTALL)
+        " ".join(re.sub(r"<[^>]+>", "", item).split()) for item in re.findall(r"<li[^>]*>(.*?)</li>", html, re.DOTALL)
     ]
 
 
