@@ -159,17 +159,20 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
 @admin.register(OverdueDelivery)
 class OverdueDeliveryAdmin(DeliveryAdmin):
-    """In transit long past the ETA: the deliveries no event will finish by itself."""
+    """In transit long past the ETA, or not dispatched long past the deadline: the deliveries no
+    event will finish by itself."""
 
-    list_display = ["id", "customer", "eta", "overdue_by", "drone", "last_seen", "timeline"]
+    list_display = ["id", "customer", "status", "eta", "deadline", "overdue_by", "drone", "last_seen", "timeline"]
     list_filter = ["created_at"]
     actions = []
 
     def get_queryset(self, request):
         return selectors.overdue_deliveries()
 
-    @admin.display(description="past its ETA (or without a drone) by")
+    @admin.display(description="past its ETA or deadline (or without a drone) by")
     def overdue_by(self, delivery):
+        if delivery.status in Delivery.BEFORE_DISPATCH:
+            return timesince(delivery.deadline)
         return timesince(delivery.eta or delivery.updated_at)
 
 

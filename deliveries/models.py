@@ -132,8 +132,9 @@ class Delivery(models.Model):
 
 
 class OverdueDelivery(Delivery):
-    """Deliveries in transit well past their ETA, as operators see them: nothing arrived, nobody
-    failed them, so a person has to look (the drone's status, the timeline, the dead letters)."""
+    """Deliveries in transit well past their ETA, or not dispatched well past their deadline, as
+    operators see them: nothing arrived, nobody failed them, so a person has to look (the drone's
+    status, the timeline, the dead letters)."""
 
     class Meta:
         proxy = True

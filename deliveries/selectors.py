@@ -25,8 +25,8 @@ def delivery_of(customer: Customer, delivery_id: UUID) -> Delivery | None:
 
 def overdue_deliveries() -> QuerySet[Delivery]:
     """In transit more than DELIVERY_OVERDUE_AFTER_SECONDS past the ETA, in transit that long
-    without a drone (its drone was grounded after it left), or awaiting a confirmation that long
-    past its timeout; oldest first.
+    without a drone (its drone was grounded after it left), awaiting a confirmation that long
+    past its timeout, or not dispatched that long past its deadline (whose timer fails it); oldest first.
 
     A query, not a timer: it flags a delivery whose every later event was lost as well.
     """
@@ -36,7 +36,8 @@ def overdue_deliveries() -> QuerySet[Delivery]:
         Q(status=Delivery.Status.IN_TRANSIT, eta__lt=late)
         | Q(status=Delivery.Status.IN_TRANSIT, drone_id__isnull=True, updated_at__lt=late)
         | Q(status=Delivery.Status.AWAITING_CONFIRMATION, updated_at__lt=unconfirmed)
-    ).order_by(Coalesce("eta", "updated_at"))
+        | Q(status__in=Delivery.BEFORE_DISPATCH, deadline__lt=late)
+    ).order_by(Coalesce("eta", "deadline", "updated_at"))
 
 
 def timeline(delivery: Delivery, *, scheduled: bool = False) -> list[dict]:

@@ -327,7 +327,8 @@ DELIVERY_JOIN_TIMEOUT_SECONDS = float(os.environ.get("DELIVERY_JOIN_TIMEOUT_SECO
 # then fails with no_drone_available.
 DELIVERY_MAX_WAIT_SECONDS = float(os.environ.get("DELIVERY_MAX_WAIT_SECONDS", "7200"))
 # A delivery in transit this long past its ETA is overdue: its arrival or its drone's reports
-# never came. Operators see it in the admin's "overdue deliveries" list.
+# never came; so is one not dispatched this long past its deadline (its deadline timer never
+# failed it). Operators see them in the admin's "overdue deliveries" list and on its index.
 DELIVERY_OVERDUE_AFTER_SECONDS = float(os.environ.get("DELIVERY_OVERDUE_AFTER_SECONDS", "900"))
 # A delivery that asks for a confirmation (confirmationRequired) waits this long after the drone
 # arrives for its task token to come back; then it fails (confirmation_timeout) and the drone takes

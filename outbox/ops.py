@@ -1,8 +1,8 @@
 """What the project that runs the kernel uses of it, beside `outbox.api` (its contexts' messaging) and
 `outbox.configuration` (its settings): health checks and metrics (the broker's nodes, every
 database with the kernel's tables, the counters, the sweep's lag, the dead-letter groups), its
-processes and queues, and the admin's wiring (ReadOnlyAdmin, timeline_link, acting_as). The
-guide's Operations page says what each does. Each name loads on first use, as `outbox.api`'s do.
+processes and queues, and the admin's wiring (ReadOnlyAdmin, timeline_link, acting_as, the index's
+needs_attention). The guide's Operations page says what each does. Each name loads on first use, as `outbox.api`'s do.
 """
 
 from typing import TYPE_CHECKING
@@ -19,6 +19,8 @@ SURFACE: dict[str, tuple[str, str]] = {
     "counters": ("outbox.observability.metrics", "counters"),
     "sweep_lag_seconds": ("outbox.relaying.sweep", "lag_seconds"),
     "open_groups_everywhere": ("outbox.console.dead_letter_groups", "open_groups_everywhere"),
+    "needs_attention": ("outbox.console.attention", "needs_attention"),
+    "Concern": ("outbox.console.attention", "Concern"),
     "OutboxMessage": ("outbox.models", "OutboxMessage"),
     "DeadLetter": ("outbox.models", "DeadLetter"),
     "QueueTypeRabbitmqBroker": ("outbox.core.rabbitmq", "QueueTypeRabbitmqBroker"),
@@ -38,6 +40,8 @@ __all__ = [  # SURFACE's names, written out so that tools reading the source see
     "counters",
     "sweep_lag_seconds",
     "open_groups_everywhere",
+    "needs_attention",
+    "Concern",
     "OutboxMessage",
     "DeadLetter",
     "QueueTypeRabbitmqBroker",
@@ -62,6 +66,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
     from outbox.admin import ReadOnlyAdmin, timeline_link
+    from outbox.console.attention import Concern, needs_attention
     from outbox.console.dead_letter_groups import open_groups_everywhere
     from outbox.core.brokers import broker_urls
     from outbox.core.brokers import describe as describe_broker

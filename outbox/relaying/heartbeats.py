@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 # reaches each Dramatiq worker process twice: once from the group, once forwarded by Dramatiq's main
 # process, a few milliseconds apart. Dramatiq reads the second as "kill now".
 SAME_STOP_WITHIN_SECONDS = 1.0
+LISTED_FOR = timedelta(days=1)  # a process not seen for longer is no longer listed, silent or not
 
 
 def interval() -> float:
@@ -38,7 +39,12 @@ def interval() -> float:
 
 def silent(last_seen: datetime, now: datetime) -> bool:
     """Not seen for three beats by `now` (the database's): dead, paused, or cut off from the database."""
-    return silent_since(last_seen, now) > 3 * interval()
+    return last_seen < silence_begins(now)
+
+
+def silence_begins(now: datetime) -> datetime:
+    """A beat older than this, by `now` (the database's), is silent."""
+    return now - timedelta(seconds=3 * interval())
 
 
 def process_name(kind: str) -> str:
@@ -166,7 +172,7 @@ def seen_within_a_day() -> tuple[list[dict], list[str]]:
     for database in kernel_databases():
         try:
             now = now_on(database)
-            recent = Heartbeat.objects.using(database).filter(last_seen__gte=now - timedelta(days=1))
+            recent = Heartbeat.objects.using(database).filter(last_seen__gte=now - LISTED_FOR)
             beats = list(recent.order_by("kind", "process"))
         except DatabaseError:
             unanswered.append(database)
@@ -193,5 +199,17 @@ def alive(database: str) -> list[tuple[str, float]]:
     from outbox.models import Heartbeat
 
     now = now_on(database)
-    beats = Heartbeat.objects.using(database).filter(last_seen__gte=now - timedelta(seconds=3 * interval()))
+    beats = Heartbeat.objects.using(database).filter(last_seen__gte=silence_begins(now))
     return [(beat.process, silent_since(beat.last_seen, now)) for beat in beats.order_by("process")]
+
+
+def silent_in(database: str) -> int:
+    """How many of the relays and workers `seen_within_a_day` lists for `database` are silent: one count."""
+    from outbox.models import Heartbeat
+
+    now = now_on(database)
+    return (
+        Heartbeat.objects.using(database)
+        .filter(last_seen__gte=now - LISTED_FOR, last_seen__lt=silence_begins(now))
+        .count()
+    )

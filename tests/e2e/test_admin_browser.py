@@ -6,12 +6,14 @@ With UPDATE_SCREENSHOTS=1 the pages are saved to docs/screenshots/ for docs/oper
 
 import os
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections
+from django.utils import timezone
 from outbox_tests.letters import a_dead_letter
 from outbox_tests.probe.models import Effect, Outage
 from outbox_tests.probe.services import ping
@@ -19,7 +21,7 @@ from outbox_tests.probe.services import ping
 from deliveries.models import Delivery
 from drones.models import Drone
 from drones.services import seed_fleet
-from outbox.models import DeadLetter
+from outbox.models import DeadLetter, Heartbeat
 from outbox.testing import hand_over, run_choreography
 from tests.factories import BASE, dead_letter_then_replay, requested
 from tests.waiting import wait_until
@@ -243,6 +245,29 @@ def test_the_console_links_on_the_index_keep_their_line_and_no_two_sections_look
         assert box["height"] < 1.6 * line, f"{link.inner_text()!r} wraps at {width} px: {box}"
     captions = [c.strip() for c in page.locator("#content-main caption").all_inner_texts()]
     assert len(captions) == len(set(captions)) and not [c for c in captions if c == "Messaging"], captions
+
+
+def test_at_1280_px_what_needs_attention_is_the_first_thing_on_the_index(live_server, db, browser, settings):
+    """With 15 open dead letters the index looked as it did with none."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    for _ in range(15):
+        a_dead_letter()
+    now = timezone.now()
+    silent_since = now - timedelta(seconds=4 * settings.OUTBOX_HEARTBEAT_SECONDS)
+    Heartbeat.objects.create(process="relay@gone:1", kind="relay", started_at=silent_since, last_seen=silent_since)
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server, "/admin/")
+    block = page.locator("#needs-attention")
+    block.wait_for()
+
+    assert block.bounding_box()["y"] < 900  # above the fold
+    assert block.bounding_box()["y"] < page.locator("#messaging-overview").bounding_box()["y"]
+    assert "15 open dead letters" in page.inner_text("#attention-dead-letters")
+    assert "1 silent relay or worker" in page.inner_text("#attention-silent-processes")
+    page.click("#attention-dead-letters a >> nth=0")
+    page.wait_for_url("**/admin/outbox/deadletter/?status=open")
+    assert page.locator("#result_list tbody tr").count() == 15
 
 
 def within(inner: dict, outer: dict) -> bool:
