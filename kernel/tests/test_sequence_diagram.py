@@ -5,6 +5,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from xml.etree import ElementTree
 
+from outbox_tests.pictures import assert_every_text_fits_and_clears_the_loops, extents
+
 from outbox.console.sequence_diagram import causal_order, offset, render
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -132,3 +134,24 @@ def test_hostile_lane_names_are_escaped_in_their_heads_rows_and_attributes():
         (subscriber, subscriber),
     ]
     assert f"delivery.requested replayed to {subscriber}" in "".join(root.itertext())
+
+
+def test_every_label_fits_the_picture_and_clears_the_loops_even_on_the_last_lane():
+    dispatched = event("delivery.dispatched", "deliveries", ["notifications"], at=1)
+    letter = {"id": 9, "reason": "handler_error", "attempts": 6, "first_failed_at": T0 + timedelta(seconds=3)}
+    due = event(
+        "notification.due",
+        "notifications",
+        ["notifications"],
+        at=2,
+        cause=dispatched,
+        notifications={"dead_letter": letter, "replayed_at": T0 + timedelta(seconds=50), "duplicates": 3},
+    )
+    deadline = event("delivery.deadline_passed", "deliveries", ["deliveries"], at=60, scheduled=True)
+    later = event("notification.reminder_due_for_a_very_long_while", "notifications", ["notifications"], at=90)
+    drawn = render([dispatched, due, deadline, later], lanes=LANES, now=T0 + timedelta(seconds=55))
+
+    _, texts, loops = extents(drawn)
+    assert "notification.due: dead letter, handler_error (x6)" in [content for content, _ in texts]
+    assert len(loops) == 6  # the timers and the copies of notification.due, each a loop of its own lane
+    assert_every_text_fits_and_clears_the_loops(drawn)
