@@ -46,6 +46,15 @@ def test_events_are_drawn_in_the_order_they_happened_and_never_before_their_caus
     assert causal_order([requested, timer, scheduled, ready]) == [requested, scheduled, ready, timer]
 
 
+def test_an_earlier_event_is_not_drawn_after_a_later_siblings_effects():
+    requested = event("delivery.requested", "deliveries", ["drones", "packages"], at=0)
+    scheduled = event("drone.scheduled", "drones", ["deliveries"], at=2, cause=requested)
+    ready = event("package.ready", "packages", ["deliveries"], at=1, cause=requested)
+    assigned = event("drone.assigned", "drones", ["deliveries"], at=0.5, cause=scheduled)  # a clock behind
+
+    assert causal_order([requested, assigned, ready, scheduled]) == [requested, ready, scheduled, assigned]
+
+
 def test_offsets_read_as_people_say_them():
     assert [offset(timedelta(seconds=s)) for s in (0, 0.85, 4.21, 185, 7800)] == [
         "+0 ms",

@@ -6,14 +6,15 @@ context sends itself is a loop, drawn where it fires; one still to fire is grey.
 gets a red row of its own with its reason, a replay an orange one where it was sent, copies
 skipped as duplicates a faint one. The left gutter is the time since the first event.
 
-Rows are in causal order: by when each event happened (a timer where it fires, not where it was
-set), then moved after its cause should a clock between hosts have put it before.
+Rows are in causal order: each event after its cause, and of those whose cause is drawn, the one
+that happened first (a timer where it fires, not where it was set) first.
 """
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from outbox.console import svg
+from outbox.console.causality import in_causal_order
 
 LANE, ROW, TOP, GUTTER = 170.0, 24.0, 56.0, 104.0
 LOOP = 28.0  # a loop's width: a label beside one starts past it
@@ -22,17 +23,10 @@ Draw = Callable[[float], str]  # a row (or a label), drawn at its height
 
 
 def causal_order(events: list[dict]) -> list[dict]:
-    """By occurred_at, ties in the given (outbox id) order; never an event before its cause."""
-    ordered = sorted(events, key=lambda e: e["occurred_at"])
-    placed: list[dict] = []
-    for event in ordered:
-        ids = [e["message_id"] for e in placed]
-        waiting = [e for e in placed if e.get("causation_id") == event["message_id"]]
-        if waiting:  # a child drawn before its cause (clock skew): put the cause before it
-            placed.insert(ids.index(waiting[0]["message_id"]), event)
-        else:
-            placed.append(event)
-    return placed
+    """Each event after its cause; of those whose cause is drawn, the earliest first (timeline's order)."""
+    return in_causal_order(
+        events, name=lambda e: e["message_id"], cause=lambda e: e.get("causation_id"), when=lambda e: e["occurred_at"]
+    )
 
 
 def offset(delta: timedelta) -> str:
