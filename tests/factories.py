@@ -77,8 +77,8 @@ def dead_letter_then_replay(delivery_id: UUID) -> DeadLetter:
 
 
 def notification_dead_letters_then_replays(customer) -> UUID:
-    """A delivery flown to the end whose notify-me e-mails failed (each `notification.due`
-    dead-lettered, on the notifications lane's loop), then were replayed and sent: its id."""
+    """A delivery flown to the end whose notify-me messages (e-mail and SMS) failed, each
+    `notification.due` dead-lettered on the notifications lane's loop, then replayed: its id."""
     from outbox.console.dead_letter_actions import replay_dead_letter
     from outbox.handling.dispatch import dispatch
     from outbox.testing import failing
@@ -86,7 +86,7 @@ def notification_dead_letters_then_replays(customer) -> UUID:
     delivery_id = requested(customer)
     asked = customer.client.post(
         f"/api/deliveries/{delivery_id}/notifymerequests",
-        {"emailAddress": "alice@example.com"},
+        {"emailAddress": "alice@example.com", "sms": "+14255550123"},
         content_type="application/json",
     )
     assert asked.status_code == 201, asked.content
