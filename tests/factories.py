@@ -76,6 +76,28 @@ def dead_letter_then_replay(delivery_id: UUID) -> DeadLetter:
     return letter
 
 
+def notification_dead_letters_then_replays(customer) -> UUID:
+    """A delivery flown to the end whose notify-me messages (e-mail and SMS) failed, each
+    `notification.due` dead-lettered on the notifications lane's loop, then replayed: its id."""
+    from outbox.console.dead_letter_actions import replay_dead_letter
+    from outbox.handling.dispatch import dispatch
+    from outbox.testing import failing
+
+    delivery_id = requested(customer)
+    asked = customer.client.post(
+        f"/api/deliveries/{delivery_id}/notifymerequests",
+        {"emailAddress": "alice@example.com", "sms": "+14255550123"},
+        content_type="application/json",
+    )
+    assert asked.status_code == 201, asked.content
+    run_choreography(correlation_id=delivery_id, hold=("notification.due",))
+    with failing("notifications", "notification.due", RuntimeError("the SMTP server is down")):
+        hand_over("notification.due", correlation_id=delivery_id, dead_letters="keep")
+    for letter in DeadLetter.objects.filter(subscriber="notifications", correlation_id=delivery_id):
+        dispatch(subscriber="notifications", body=replay_dead_letter(letter_id=letter.pk, by="operator").envelope())
+    return delivery_id
+
+
 def arrived_after_the_deadline(delivery_id: UUID):
     """Run the delivery's choreography up to its drone's arrival, move its deadline into the past,
     then hand the arrival over; the `drone.arrived` event it handed over."""

@@ -5,6 +5,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from xml.etree import ElementTree
 
+from outbox_tests.pictures import assert_every_text_fits_and_clears_the_loops, extents
+
 from outbox.console.sequence_diagram import causal_order, offset, render
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -42,6 +44,15 @@ def test_events_are_drawn_in_the_order_they_happened_and_never_before_their_caus
     ready = event("package.ready", "packages", ["deliveries"], at=1, cause=requested)
 
     assert causal_order([requested, timer, scheduled, ready]) == [requested, scheduled, ready, timer]
+
+
+def test_an_earlier_event_is_not_drawn_after_a_later_siblings_effects():
+    requested = event("delivery.requested", "deliveries", ["drones", "packages"], at=0)
+    scheduled = event("drone.scheduled", "drones", ["deliveries"], at=2, cause=requested)
+    ready = event("package.ready", "packages", ["deliveries"], at=1, cause=requested)
+    assigned = event("drone.assigned", "drones", ["deliveries"], at=0.5, cause=scheduled)  # a clock behind
+
+    assert causal_order([requested, assigned, ready, scheduled]) == [requested, ready, scheduled, assigned]
 
 
 def test_offsets_read_as_people_say_them():
@@ -132,3 +143,24 @@ def test_hostile_lane_names_are_escaped_in_their_heads_rows_and_attributes():
         (subscriber, subscriber),
     ]
     assert f"delivery.requested replayed to {subscriber}" in "".join(root.itertext())
+
+
+def test_every_label_fits_the_picture_and_clears_the_loops_even_on_the_last_lane():
+    dispatched = event("delivery.dispatched", "deliveries", ["notifications"], at=1)
+    letter = {"id": 9, "reason": "handler_error", "attempts": 6, "first_failed_at": T0 + timedelta(seconds=3)}
+    due = event(
+        "notification.due",
+        "notifications",
+        ["notifications"],
+        at=2,
+        cause=dispatched,
+        notifications={"dead_letter": letter, "replayed_at": T0 + timedelta(seconds=50), "duplicates": 3},
+    )
+    deadline = event("delivery.deadline_passed", "deliveries", ["deliveries"], at=60, scheduled=True)
+    later = event("notification.reminder_due_for_a_very_long_while", "notifications", ["notifications"], at=90)
+    drawn = render([dispatched, due, deadline, later], lanes=LANES, now=T0 + timedelta(seconds=55))
+
+    _, texts, loops = extents(drawn)
+    assert "notification.due: dead letter, handler_error (x6)" in [content for content, _ in texts]
+    assert len(loops) == 6  # the timers and the copies of notification.due, each a loop of its own lane
+    assert_every_text_fits_and_clears_the_loops(drawn)

@@ -5,6 +5,7 @@ from uuid import UUID
 from django.utils import timezone
 
 from outbox import placement
+from outbox.console.causality import in_causal_order
 from outbox.console.database_choice import admin_id
 from outbox.core.subscriptions import subscribers_of
 from outbox.core.working_database import kernel_databases
@@ -27,7 +28,6 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
     dead: dict[UUID, dict[str, DeadLetter]] = {}
     for database in databases:
         rows = OutboxMessage.objects.using(database).filter(correlation_id=correlation_id, target_subscriber="")
-        # A child event is appended while its cause is handled, after the cause committed: id order is causal.
         events += (rows if scheduled else rows.filter(available_at__lte=now)).order_by("id")
     ids = [e.message_id for e in events]
     for database in databases:
@@ -38,8 +38,7 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
         for letter in DeadLetter.objects.using(database).filter(message_id__in=ids):
             if letter.message_id is not None:
                 dead.setdefault(letter.message_id, {})[letter.subscriber] = letter
-    if len(databases) > 1:  # contexts on databases of their own: several outboxes, ordered by the events' causes
-        events = causal_order(events)
+    events = causal_order(events)
     return [
         {
             "type": e.type,
@@ -66,21 +65,14 @@ def _timeline(correlation_id: UUID, *, scheduled: bool) -> list[dict]:
 
 
 def causal_order(events: list[OutboxMessage]) -> list[OutboxMessage]:
-    """Several outboxes' events in an order where each follows its cause: by the time each occurred,
-    a cause moved ahead of an effect stamped earlier (another host's clock). Within one outbox the
-    id order is causal already; across two, ids say nothing."""
-    originals = {e.message_id: e for e in events if not e.target_subscriber}  # a copy shares its id
-    ordered: list[OutboxMessage] = []
-    placed: set[int] = set()
-    for first in sorted(events, key=lambda e: e.occurred_at):  # stable: a copy after its original
-        chain = []
-        event: OutboxMessage | None = first
-        while event is not None and id(event) not in placed:
-            placed.add(id(event))
-            chain.append(event)
-            event = originals.get(event.causation_id) if event.causation_id else None
-        ordered += reversed(chain)
-    return ordered
+    """Outbox rows, each after its cause (a copy for one subscriber after its original); ties in the
+    given order. Ids order one outbox only, and by commit: neither says which came first."""
+    return in_causal_order(
+        events,
+        name=lambda e: None if e.target_subscriber else e.message_id,
+        cause=lambda e: e.message_id if e.target_subscriber else e.causation_id,
+        when=lambda e: e.occurred_at,
+    )
 
 
 def _history(inbox: InboxMessage | None, letter: DeadLetter | None) -> dict:

@@ -1,11 +1,16 @@
 """A delivery's sequence diagram: on its admin page, and from the customer API for support staff."""
 
-from django.test import Client
+import re
 
+from django.test import Client
+from outbox_tests.pictures import assert_every_text_fits_and_clears_the_loops
+
+from deliveries.models import Delivery
+from deliveries.timeline_picture import timeline_svg
 from outbox.handling.dispatch import dispatch
 from outbox.models import OutboxMessage
 from outbox.testing import run_choreography
-from tests.factories import dead_letter_then_replay, requested
+from tests.factories import dead_letter_then_replay, notification_dead_letters_then_replays, requested
 
 
 def test_the_timeline_is_also_a_sequence_diagram_for_whoever_asks_for_one(customer, other_customer, fleet, db):
@@ -51,3 +56,13 @@ def test_the_delivery_page_draws_letters_replays_duplicates_and_live_timers(admi
     waiting = requested(customer)
     page = admin_client.get(f"/admin/deliveries/delivery/{waiting}/change/").content.decode()
     assert 'class="edge timer pending"' in page  # its timers, still to fire
+
+
+def test_the_notifications_lane_letters_and_replays_are_drawn_whole_and_clear_of_its_loops(customer, fleet, db):
+    delivery_id = notification_dead_letters_then_replays(customer)
+
+    drawn = timeline_svg(Delivery.objects.get(pk=delivery_id))
+
+    assert re.search(r">notification.due: dead letter, handler_error \(x\d+\)<", drawn)
+    assert "notification.due replayed to notifications" in drawn
+    assert_every_text_fits_and_clears_the_loops(drawn)

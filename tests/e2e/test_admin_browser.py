@@ -23,7 +23,7 @@ from drones.models import Drone
 from drones.services import seed_fleet
 from outbox.models import DeadLetter, Heartbeat
 from outbox.testing import hand_over, run_choreography
-from tests.factories import BASE, dead_letter_then_replay, requested
+from tests.factories import BASE, dead_letter_then_replay, notification_dead_letters_then_replays, requested
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -382,3 +382,58 @@ def test_the_fleet_map_under_load_fits_every_drone_and_waiting_delivery_at_1280_
         box = mark.bounding_box()
         assert within(box, shown) and shown["y"] <= box["y"] <= shown["y"] + shown["height"] - box["height"]
     page.screenshot(path=str(screenshots / "fleet-map-under-load.png"))
+
+
+# Each text of the sequence diagram, and each loop, as Chromium lays them out (user units of the viewBox).
+DIAGRAM_LAYOUT = """svg => {
+  const box = e => { const b = e.getBBox(); return [b.x, b.y, b.x + b.width, b.y + b.height]; };
+  const loops = [...svg.querySelectorAll('path')].filter(p => !p.closest('defs')).map(box);
+  return {
+    width: svg.viewBox.baseVal.width,
+    texts: [...svg.querySelectorAll('text')].map(t => [t.textContent, box(t)]),
+    loops,
+  };
+}"""
+# How many lines an element's text takes: the distinct tops of its line boxes.
+LINES = """e => {
+  const range = document.createRange(); range.selectNodeContents(e);
+  return new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top))).size;
+}"""
+
+
+def test_the_diagram_on_a_deliverys_page_shows_every_label_whole_at_1280_px(live_server, browser, customer, fleet):
+    delivery_id = notification_dead_letters_then_replays(customer)
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server, f"/admin/deliveries/delivery/{delivery_id}/change/")
+    layout = page.locator("#sequence-diagram svg").evaluate(DIAGRAM_LAYOUT)
+
+    texts = dict(layout["texts"])
+    assert any(t.startswith("notification.due: dead letter, handler_error") for t in texts)
+    assert "notification.due replayed to notifications" in texts
+    for text, (left, top, right, bottom) in layout["texts"]:
+        assert left >= 0 and right <= layout["width"], f"{text!r} spans {left}..{right} of {layout['width']}"
+        for x1, y1, x2, y2 in layout["loops"]:
+            assert right <= x1 or x2 <= left or bottom <= y1 or y2 <= top, f"{text!r} is drawn over a loop"
+
+
+def test_the_timeline_table_keeps_numbers_and_names_on_one_line_at_1280_px(live_server, browser, customer, fleet):
+    delivery_id = notification_dead_letters_then_replays(customer)
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    log_in(page, live_server, f"/admin/deliveries/delivery/{delivery_id}/change/")
+    rows = page.locator("#timeline tbody tr")
+    rows.first.wait_for()
+
+    assert rows.count() >= 14
+    numbers = rows.locator("td:nth-child(1)")
+    publishers = rows.locator("td:nth-child(4)")
+    subscribers = rows.locator("td:nth-child(7) > :not(br)")
+    assert numbers.all_inner_texts()[9:] == [str(n) for n in range(10, rows.count() + 1)]
+    for cells in (numbers, publishers, subscribers):
+        for cell in cells.all():
+            assert cell.evaluate(LINES) == 1, f"{cell.inner_text()!r} takes more than one line"
+    caused_by = rows.locator("td:nth-child(6)").all_inner_texts()
+    assert caused_by[0] == "(origin)" and all(cause.startswith("#") for cause in caused_by[1:])
