@@ -24,6 +24,7 @@ from deliveries.customers import create_customer
 from drones.models import Drone
 from drones.services import seed_fleet
 from harness import simulation
+from outbox.management.pipes import QuietWhenStdoutCloses
 from outbox.relaying.relay import Relay
 
 
@@ -38,7 +39,7 @@ def base_url(text: str) -> str:
 PIPED_PROGRESS_SECONDS = 10.0
 
 
-class Command(BaseCommand):
+class Command(QuietWhenStdoutCloses, BaseCommand):
     help = (
         "Submit N delivery requests through the customer API, wait until every delivery is terminal, and print "
         "counts per status and p50/p95 time from request to a drone and to delivered. With --url it talks to a "

@@ -8,10 +8,11 @@ from outbox.console.dead_letter_groups import discard_group, open_groups, replay
 from outbox.core.dead_letters import Reason
 from outbox.core.working_database import kernel_databases, serving
 from outbox.management.arguments import kernel_database
+from outbox.management.pipes import QuietWhenStdoutCloses
 from outbox.models import DeadLetter
 
 
-class Command(BaseCommand):
+class Command(QuietWhenStdoutCloses, BaseCommand):
     help = (
         "Operate on dead letters. `list` shows them (open ones by default) grouped or one per line; "
         "`replay` sends the chosen open ones again through the outbox; `discard` closes them with a note. "
