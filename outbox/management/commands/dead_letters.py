@@ -30,16 +30,19 @@ class Command(QuietWhenStdoutCloses, BaseCommand):
             "open letters match.",
         )
         parser.add_argument("ids", nargs="*", type=int, help="Dead-letter ids (default: every match of the filters).")
-        parser.add_argument("--subscriber", default="")
-        parser.add_argument("--reason", default="")
-        parser.add_argument("--type", default="", help="Event type, e.g. order.placed.")
+        # The filters a replay or a discard needs one of (or ids); its refusal lists this group's options.
+        filters = parser.add_argument_group("filters")
+        filters.add_argument("--subscriber", default="")
+        filters.add_argument("--reason", default="")
+        filters.add_argument("--type", default="", help="Event type, e.g. order.placed.")
         parser.add_argument("--all", action="store_true", help="list: include replayed and discarded ones.")
         parser.add_argument(
             "--groups",
             action="store_true",
             help="list: the open letters in groups of one cause (subscriber, event type, reason, error fingerprint).",
         )
-        parser.add_argument("--group", default="", help="replay, discard: every open letter of this group (its key).")
+        filters.add_argument("--group", default="", help="replay, discard: every open letter of this group (its key).")
+        self.filters = [action.option_strings[0] for action in filters._group_actions]
         parser.add_argument("--note", default="", help="Why (required for discard).")
         parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
 
@@ -88,7 +91,7 @@ class Command(QuietWhenStdoutCloses, BaseCommand):
         if action == "list":
             return self._list(letters.order_by("id"))
         if not ids and not (subscriber or reason or type):
-            raise CommandError(f"{action} needs dead-letter ids or at least one of --subscriber, --reason, --type")
+            raise CommandError(f"{action} needs dead-letter ids or at least one of {', '.join(self.filters)}")
         if action == "discard" and not note.strip():
             raise CommandError("discard needs a --note saying why, for the audit trail")
         if ids:
