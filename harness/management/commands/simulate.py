@@ -139,25 +139,21 @@ class Command(QuietWhenStdoutCloses, BaseCommand):
         return [lambda: thread.join(10), lambda: worker.stop(timeout=10_000)]
 
     def _progress(self, verbosity: int) -> "Progress":
-        """rich redraws the bars in place on a terminal; into a pipe or a log it writes them once,
-        finished, instead of a line per update."""
+        """Bars redrawn in place on a terminal; into a pipe or a log none (`_bar` writes plain lines there)."""
         console = Console(file=self.stdout._out, quiet=not verbosity)
         columns = [TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-        return Progress(*columns, console=console)
+        return Progress(*columns, console=console, disable=not console.is_terminal)
 
     def _bar(self, progress: "Progress", label: str, total: int, began: float):
-        """The bar's update; into a pipe or a log, where rich writes the bars only once finished, also a
-        line every PIPED_PROGRESS_SECONDS, so a run minutes long says where it is."""
+        """The bar's update; into a pipe or a log, instead, a plain line every PIPED_PROGRESS_SECONDS and
+        one when all are done, so a run minutes long says where it is."""
         task, last = progress.add_task(label, total=total), [time.monotonic()]
+        plain = not progress.console.is_terminal and not progress.console.quiet
 
         def update(done: int) -> None:
             progress.update(task, completed=done)
             now = time.monotonic()
-            if (
-                not progress.console.is_terminal
-                and not progress.console.quiet
-                and now - last[0] >= PIPED_PROGRESS_SECONDS
-            ):
+            if plain and (now - last[0] >= PIPED_PROGRESS_SECONDS or done == total):
                 last[0] = now
                 self.stdout.write(f"{label}: {done:,} of {total:,} after {now - began:.0f} s")
 
