@@ -135,6 +135,20 @@ def test_the_command_lists_and_replays_a_group(worker, broker, capsys):
     )
 
 
+@pytest.mark.parametrize("action", ["replay", "discard"])
+def test_a_replay_or_discard_without_ids_or_filters_names_every_filter_it_would_take(db, action):
+    with pytest.raises(CommandError, match="needs dead-letter ids or at least one of ") as refused:
+        call_command("dead_letters", action, "--note", "why")
+    named = str(refused.value).rsplit("at least one of ", 1)[1].split(", ")
+
+    assert "--group" in named
+    for option in named:  # each one it names is enough alone: no such refusal
+        try:
+            call_command("dead_letters", action, option, "x", "--note", "why")
+        except CommandError as error:
+            assert "needs dead-letter ids" not in str(error), option
+
+
 def test_a_replay_naming_a_letter_that_is_no_longer_open_replays_none_of_the_letters_it_names(db):
     discarded, still_open = a_dead_letter(), a_dead_letter()
     discard_dead_letter(letter_id=discarded.pk, by="ops", note="customer refunded")

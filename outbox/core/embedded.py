@@ -63,8 +63,11 @@ class EmbeddedRedisBroker(RedisBroker):
             if not socket_file:
                 return
             import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
 
-            probe = redis.Redis(unix_socket_path=socket_file, socket_timeout=5)
+            # No retries: SHUTDOWN ends in a dropped connection, which redis-py's default retried for seconds.
+            probe = redis.Redis(unix_socket_path=socket_file, socket_timeout=5, retry=Retry(NoBackoff(), 0))
             try:
                 if len(probe.client_list()) <= 1:  # this probe alone: the last one out
                     _shutdown(probe)

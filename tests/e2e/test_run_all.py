@@ -1,16 +1,19 @@
 """`./dev up` (run_all): web, relay and workers as processes that serve requests and stop together."""
 
 import signal
+import socket
 import subprocess
 import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from outbox.models import InboxMessage
+from tests.e2e.test_embedded import descendants, kill
 from tests.factories import Customer
 from tests.processes import (
     MANAGE,  # noqa: F401 (fixture)
@@ -136,3 +139,54 @@ def counted(port: int, at_least: int) -> tuple[float, float] | None:
             ):
                 handled += sample.value
     return (relayed, handled) if relayed >= at_least and handled >= at_least else None
+
+
+@pytest.mark.embedded
+def test_ctrl_c_says_at_once_that_it_is_stopping_then_stops_every_child_and_says_stopped(embedded_env, tmp_path):
+    log_file, port = tmp_path / "run_all.log", a_free_port()
+    with log_file.open("w") as log:
+        system = subprocess.Popen(
+            [*MANAGE, "run_all", "--addr", f"127.0.0.1:{port}"], env=embedded_env, stdout=log, stderr=subprocess.STDOUT
+        )
+    lines = lambda: log_file.read_text().splitlines()  # noqa: E731
+    try:
+        banner = wait_until(
+            lambda: next((line for line in lines() if line.startswith("running ")), None),
+            timeout=120,
+            what="run_all's banner",
+        )
+        # No superuser yet in a fresh database: the banner says how to make one beside the admin's link.
+        assert (
+            f"http://127.0.0.1:{port}/admin/ (no superuser yet: .venv/bin/python manage.py createsuperuser)" in banner
+        )
+        children = descendants(system.pid)
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/admin/login/") == 200, timeout=60, what="the web")
+
+        system.send_signal(signal.SIGINT)
+        stopping = wait_until(
+            lambda: next((line for line in lines() if line.startswith("stopping ")), None),
+            timeout=5,
+            what="a line saying it is stopping, at once",
+        )
+        assert "web" in stopping and "workers" in stopping and "delivered again" in stopping
+        system.wait(timeout=60)
+    finally:
+        if system.poll() is None:
+            for pid in descendants(system.pid):
+                kill(pid)
+            system.kill()
+    assert (system.returncode, lines()[-1]) == (0, "stopped"), log_file.read_text()
+    assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()], "a child outlived run_all"
+
+
+def test_a_busy_address_is_refused_in_one_line_naming_it_and_addr_before_anything_starts(env):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ran = subprocess.run(
+            [*MANAGE, "run_all", "--addr", f"127.0.0.1:{port}"], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    assert ran.returncode == 1 and ran.stdout == "", ran.stdout  # not migrated, nothing started
+    assert len(ran.stderr.splitlines()) == 1 and f"127.0.0.1:{port}" in ran.stderr and "--addr" in ran.stderr

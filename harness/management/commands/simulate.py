@@ -24,6 +24,7 @@ from deliveries.customers import create_customer
 from drones.models import Drone
 from drones.services import seed_fleet
 from harness import simulation
+from outbox.management.pipes import QuietWhenStdoutCloses
 from outbox.relaying.relay import Relay
 
 
@@ -38,7 +39,7 @@ def base_url(text: str) -> str:
 PIPED_PROGRESS_SECONDS = 10.0
 
 
-class Command(BaseCommand):
+class Command(QuietWhenStdoutCloses, BaseCommand):
     help = (
         "Submit N delivery requests through the customer API, wait until every delivery is terminal, and print "
         "counts per status and p50/p95 time from request to a drone and to delivered. With --url it talks to a "
@@ -138,25 +139,21 @@ class Command(BaseCommand):
         return [lambda: thread.join(10), lambda: worker.stop(timeout=10_000)]
 
     def _progress(self, verbosity: int) -> "Progress":
-        """rich redraws the bars in place on a terminal; into a pipe or a log it writes them once,
-        finished, instead of a line per update."""
+        """Bars redrawn in place on a terminal; into a pipe or a log none (`_bar` writes plain lines there)."""
         console = Console(file=self.stdout._out, quiet=not verbosity)
         columns = [TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-        return Progress(*columns, console=console)
+        return Progress(*columns, console=console, disable=not console.is_terminal)
 
     def _bar(self, progress: "Progress", label: str, total: int, began: float):
-        """The bar's update; into a pipe or a log, where rich writes the bars only once finished, also a
-        line every PIPED_PROGRESS_SECONDS, so a run minutes long says where it is."""
+        """The bar's update; into a pipe or a log, instead, a plain line every PIPED_PROGRESS_SECONDS and
+        one when all are done, so a run minutes long says where it is."""
         task, last = progress.add_task(label, total=total), [time.monotonic()]
+        plain = not progress.console.is_terminal and not progress.console.quiet
 
         def update(done: int) -> None:
             progress.update(task, completed=done)
             now = time.monotonic()
-            if (
-                not progress.console.is_terminal
-                and not progress.console.quiet
-                and now - last[0] >= PIPED_PROGRESS_SECONDS
-            ):
+            if plain and (now - last[0] >= PIPED_PROGRESS_SECONDS or done == total):
                 last[0] = now
                 self.stdout.write(f"{label}: {done:,} of {total:,} after {now - began:.0f} s")
 

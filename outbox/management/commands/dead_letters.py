@@ -8,10 +8,11 @@ from outbox.console.dead_letter_groups import discard_group, open_groups, replay
 from outbox.core.dead_letters import Reason
 from outbox.core.working_database import kernel_databases, serving
 from outbox.management.arguments import kernel_database
+from outbox.management.pipes import QuietWhenStdoutCloses
 from outbox.models import DeadLetter
 
 
-class Command(BaseCommand):
+class Command(QuietWhenStdoutCloses, BaseCommand):
     help = (
         "Operate on dead letters. `list` shows them (open ones by default) grouped or one per line; "
         "`replay` sends the chosen open ones again through the outbox; `discard` closes them with a note. "
@@ -29,16 +30,19 @@ class Command(BaseCommand):
             "open letters match.",
         )
         parser.add_argument("ids", nargs="*", type=int, help="Dead-letter ids (default: every match of the filters).")
-        parser.add_argument("--subscriber", default="")
-        parser.add_argument("--reason", default="")
-        parser.add_argument("--type", default="", help="Event type, e.g. order.placed.")
+        # The filters a replay or a discard needs one of (or ids); its refusal lists this group's options.
+        filters = parser.add_argument_group("filters")
+        filters.add_argument("--subscriber", default="")
+        filters.add_argument("--reason", default="")
+        filters.add_argument("--type", default="", help="Event type, e.g. order.placed.")
         parser.add_argument("--all", action="store_true", help="list: include replayed and discarded ones.")
         parser.add_argument(
             "--groups",
             action="store_true",
             help="list: the open letters in groups of one cause (subscriber, event type, reason, error fingerprint).",
         )
-        parser.add_argument("--group", default="", help="replay, discard: every open letter of this group (its key).")
+        filters.add_argument("--group", default="", help="replay, discard: every open letter of this group (its key).")
+        self.filters = [action.option_strings[0] for action in filters._group_actions]
         parser.add_argument("--note", default="", help="Why (required for discard).")
         parser.add_argument("--by", default="command line", help="Who acts, for the audit trail.")
 
@@ -87,7 +91,7 @@ class Command(BaseCommand):
         if action == "list":
             return self._list(letters.order_by("id"))
         if not ids and not (subscriber or reason or type):
-            raise CommandError(f"{action} needs dead-letter ids or at least one of --subscriber, --reason, --type")
+            raise CommandError(f"{action} needs dead-letter ids or at least one of {', '.join(self.filters)}")
         if action == "discard" and not note.strip():
             raise CommandError("discard needs a --note saying why, for the audit trail")
         if ids:

@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from outbox.console import asyncapi
+from outbox.management.pipes import QuietWhenStdoutCloses
 
 
 def named_server(text: str) -> tuple[str, dict]:
@@ -18,7 +19,7 @@ def named_server(text: str) -> tuple[str, dict]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-class Command(BaseCommand):
+class Command(QuietWhenStdoutCloses, BaseCommand):
     help = (
         "Write the event catalogue as an AsyncAPI 3.0 document (every channel, message, schema version "
         "and each context's operations), generated from the contracts and the routing table, to "

@@ -4,11 +4,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from outbox.console import choreography_map
 from outbox.core.subscriptions import actor_name, queue_name, routing_table
+from outbox.management.pipes import QuietWhenStdoutCloses
 
 FORMATS = ("text", "svg", "dot", "mermaid")
 
 
-class Command(BaseCommand):
+class Command(QuietWhenStdoutCloses, BaseCommand):
     help = (
         "Print the routing table: each event type, its subscribers, their queues and handlers; or the "
         "choreography as a picture (--format svg|dot|mermaid), to stdout or into a file (--output)."
