@@ -17,7 +17,9 @@ from deliveries.customers import create_customer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "50"))
+# 20 an operation: the boundary values of every field (the coverage phase) are the same whatever the
+# number, and 50 took 92 s of the suite where 20 take 53 s; the long runs raise it to thousands.
+EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "20"))
 SEEDS = [int(seed) for seed in os.environ.get("API_FUZZ_SEEDS", "1").split(",")]
 # Every check schemathesis has, but one: positive_data_acceptance expects a 2xx for any value
 # the schema allows, and the schema cannot state "within 90 days from now" for a date-time, so
