@@ -103,7 +103,6 @@ def test_an_operator_replays_a_dead_letter_from_the_admin_and_sees_it_processed(
     wait_until(lambda: Effect.objects.filter(subscriber="probe_b").exists(), what="the replay to be processed")
     page.goto(f"{live_server.url}/admin/outbox/outboxmessage/timeline/{letter.correlation_id}/")
     assert "✓ probe_b" in page.inner_text("#content")
-    page.screenshot(path=str(screenshots / "timeline.png"), full_page=True)
     page.goto(f"{live_server.url}/admin/outbox/outboxmessage/overview/")
     page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
     page.goto(f"{live_server.url}/admin/outbox/deadletter/{letter.pk}/change/")
@@ -247,7 +246,9 @@ def test_the_console_links_on_the_index_keep_their_line_and_no_two_sections_look
     assert len(captions) == len(set(captions)) and not [c for c in captions if c == "Messaging"], captions
 
 
-def test_at_1280_px_what_needs_attention_is_the_first_thing_on_the_index(live_server, db, browser, settings):
+def test_at_1280_px_what_needs_attention_is_the_first_thing_on_the_index(
+    live_server, db, browser, settings, screenshots
+):
     """With 15 open dead letters the index looked as it did with none."""
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
     for _ in range(15):
@@ -265,6 +266,7 @@ def test_at_1280_px_what_needs_attention_is_the_first_thing_on_the_index(live_se
     assert block.bounding_box()["y"] < page.locator("#messaging-overview").bounding_box()["y"]
     assert "15 open dead letters" in page.inner_text("#attention-dead-letters")
     assert "1 silent relay or worker" in page.inner_text("#attention-silent-processes")
+    page.screenshot(path=str(screenshots / "index.png"), full_page=True)
     page.click("#attention-dead-letters a >> nth=0")
     page.wait_for_url("**/admin/outbox/deadletter/?status=open")
     assert page.locator("#result_list tbody tr").count() == 15
@@ -286,7 +288,6 @@ def test_at_1280_px_every_page_an_operator_reads_fits_and_leads_with_what_matter
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, live_server, "/admin/")
     page.wait_for_selector("#messaging-overview")
-    page.screenshot(path=str(screenshots / "index.png"), full_page=True)
 
     page.goto(f"{live_server.url}/admin/deliveries/delivery/{troubled}/change/")
     diagram, content = page.locator("svg.sequence"), page.locator("#content-main").bounding_box()
@@ -418,7 +419,9 @@ def test_the_diagram_on_a_deliverys_page_shows_every_label_whole_at_1280_px(live
             assert right <= x1 or x2 <= left or bottom <= y1 or y2 <= top, f"{text!r} is drawn over a loop"
 
 
-def test_the_timeline_table_keeps_numbers_and_names_on_one_line_at_1280_px(live_server, browser, customer, fleet):
+def test_the_timeline_table_keeps_numbers_and_names_on_one_line_at_1280_px(
+    live_server, browser, customer, fleet, screenshots
+):
     delivery_id = notification_dead_letters_then_replays(customer)
     User.objects.create_superuser("ops", "ops@example.com", "correct horse")
 
@@ -437,3 +440,4 @@ def test_the_timeline_table_keeps_numbers_and_names_on_one_line_at_1280_px(live_
             assert cell.evaluate(LINES) == 1, f"{cell.inner_text()!r} takes more than one line"
     caused_by = rows.locator("td:nth-child(6)").all_inner_texts()
     assert caused_by[0] == "(origin)" and all(cause.startswith("#") for cause in caused_by[1:])
+    page.locator("#timeline").screenshot(path=str(screenshots / "timeline.png"))
