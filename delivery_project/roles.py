@@ -9,7 +9,7 @@ from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
 
 # What operators and auditors may look at: every context's state, the messaging kernel, the audit log.
-VIEWED_APPS = ["admin", "outbox", "packages", "drones", "deliveries", "notifications"]
+VIEWED_APPS = ["admin", "outbox", "packages", "drones", "deliveries", "notifications", "webhooks"]
 OPERATOR_ACTIONS = [
     "deliveries.cancel_delivery_as_operator",
     "outbox.replay_deadletter",

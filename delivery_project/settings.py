@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "drones",
     "deliveries",
     "notifications",
+    "webhooks",
 ]
 # The workshop (bench, chaos, simulate: harness/) is in a checkout, never in the built wheel, so
 # a deployment from the wheel has neither its modules nor its commands.
@@ -279,8 +280,8 @@ globals().update(settings_from_environment(os.environ))
 # PostgreSQL each has a schema and a role of its own, and PostgreSQL refuses a query from one
 # context's code into another's tables. The API is the deliveries context's; the admin, the console
 # and the commands run as the project's own role. CONTEXT_SCHEMAS=0: one schema, one role.
-OUTBOX_CONTEXTS = ["packages", "drones", "deliveries", "notifications"] if _flag("CONTEXT_SCHEMAS", True) else []
-OUTBOX_CONTEXT_URLS = {"/api/": "deliveries"}
+OUTBOX_CONTEXTS = ["packages", "drones", "deliveries", "notifications", "webhooks"] if _flag("CONTEXT_SCHEMAS", True) else []
+OUTBOX_CONTEXT_URLS = {"/api/": "deliveries", "/api/webhookendpoints": "webhooks"}  # the longest prefix wins
 OUTBOX_TRANSACTION_POOLER = DATABASE_TRANSACTION_POOLER
 # The relay's LISTEN holds a session: behind a transaction pooler give it a direct URL of its own.
 # Empty: DATABASE_URL's.
@@ -359,6 +360,22 @@ EMAIL_TIMEOUT = 10
 DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "deliveries@localhost")
 NOTIFICATIONS_SMS_SENDER = os.environ.get("NOTIFICATIONS_SMS_SENDER", "notifications.services.log_sms")
 NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY = int(os.environ.get("NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY", "5"))
+
+# Webhooks: customers' endpoints are POSTed each status change of their deliveries (docs/api.md,
+# "Webhooks"). Only https:// URLs unless WEBHOOKS_ALLOW_HTTP=1 (the default in development); never
+# to a loopback, private, link-local, multicast or reserved address, unless inside one of
+# WEBHOOKS_ALLOW_PRIVATE_NETWORKS (comma-separated CIDRs; link-local never). A send gives up after
+# WEBHOOKS_TIMEOUT_SECONDS; a message is retried for WEBHOOKS_RETRY_FOR_SECONDS after it was made;
+# an endpoint with no success for WEBHOOKS_DISABLE_AFTER_SECONDS is disabled; after a secret is
+# rotated the old one still signs for WEBHOOKS_SECRET_GRACE_SECONDS.
+WEBHOOKS_ALLOW_HTTP = _flag("WEBHOOKS_ALLOW_HTTP", DEBUG)
+WEBHOOKS_ALLOW_PRIVATE_NETWORKS = [
+    network.strip() for network in os.environ.get("WEBHOOKS_ALLOW_PRIVATE_NETWORKS", "").split(",") if network.strip()
+]
+WEBHOOKS_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOKS_TIMEOUT_SECONDS", "5"))
+WEBHOOKS_RETRY_FOR_SECONDS = float(os.environ.get("WEBHOOKS_RETRY_FOR_SECONDS", "259200"))
+WEBHOOKS_DISABLE_AFTER_SECONDS = float(os.environ.get("WEBHOOKS_DISABLE_AFTER_SECONDS", "259200"))
+WEBHOOKS_SECRET_GRACE_SECONDS = float(os.environ.get("WEBHOOKS_SECRET_GRACE_SECONDS", "86400"))
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}

@@ -7,7 +7,7 @@ from django.apps import apps
 from django.db import models
 from django.test.utils import isolate_apps
 
-CONTEXTS = {"packages", "drones", "deliveries", "notifications"}
+CONTEXTS = {"packages", "drones", "deliveries", "notifications", "webhooks"}
 
 
 def cross_context_relations(candidates) -> list[str]:

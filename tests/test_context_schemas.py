@@ -40,7 +40,7 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-CONTEXTS = ["packages", "drones", "deliveries", "notifications"]
+CONTEXTS = ["packages", "drones", "deliveries", "notifications", "webhooks"]
 
 
 def schemas_of_tables() -> dict[str, str]:

@@ -1,0 +1,27 @@
+"""The contracts the webhooks context publishes: `webhook.due` to itself, `webhook.endpoint_disabled` to whom it may concern."""
+
+from uuid import UUID
+
+from outbox.api import Event
+
+
+class WebhookDue(Event):
+    """A message to attempt now. It names the message by id (the body and the secret stay in this
+    context's tables) and how many attempts it had when this was published: a copy that finds more
+    (another attempt came first) is stale and does nothing, so one message never has two retry chains."""
+
+    type = "webhook.due"
+    version = 1
+    message_id: str
+    after_attempts: int = 0
+
+
+class WebhookEndpointDisabled(Event):
+    """An endpoint had no success for WEBHOOKS_DISABLE_AFTER_SECONDS: nothing more is sent to it
+    (its messages are held) until its customer enables it again."""
+
+    type = "webhook.endpoint_disabled"
+    version = 1
+    endpoint_id: UUID
+    customer_id: UUID
+    url: str

@@ -1,0 +1,89 @@
+import base64
+import secrets
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+
+def new_secret() -> str:
+    """A Standard Webhooks signing secret: `whsec_` and the base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def new_webhook_id() -> str:
+    """The `webhook-id` of one message: the same on every retry of it, unique across messages."""
+    return f"msg_{uuid.uuid4().hex}"
+
+
+class Endpoint(models.Model):
+    """A URL a customer registered to be POSTed its deliveries' status changes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    customer_id = models.UUIDField(db_index=True)  # the deliveries context's customer: a value, never a foreign key
+    url = models.URLField(max_length=2000)
+    description = models.CharField(max_length=200, blank=True)
+    event_types = models.JSONField(default=list, blank=True, help_text="empty: every type")
+    secret = models.CharField(max_length=100, default=new_secret)
+    previous_secret = models.CharField(max_length=100, blank=True)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.CharField(max_length=200, blank=True)
+    failing_since = models.DateTimeField(
+        null=True, blank=True, help_text="the first failure not followed by a success"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.url
+
+    @property
+    def enabled(self) -> bool:
+        return self.disabled_at is None
+
+    def wants(self, event_type: str) -> bool:
+        return not self.event_types or event_type in self.event_types
+
+
+class Message(models.Model):
+    """One POST owed to an endpoint: its body built once, signed and sent as is on every attempt."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        HELD = "held"  # its endpoint is disabled: sent once it is enabled again
+        FAILED = "failed"  # given up after WEBHOOKS_RETRY_FOR_SECONDS
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_webhook_id, editable=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="messages")
+    delivery_id = models.UUIDField(null=True, blank=True)  # none for a ping
+    event_type = models.CharField(max_length=60)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["endpoint", "delivery_id", "created_at"], name="webhooks_message_in_order")]
+
+    def __str__(self):
+        return f"{self.event_type} {self.pk}"
+
+
+class Attempt(models.Model):
+    """One POST of a message, and what came of it."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attempts_made")
+    attempted_at = models.DateTimeField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    response_excerpt = models.CharField(max_length=1024, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["message", "-attempted_at"], name="webhooks_attempt_newest")]
+
+    def __str__(self):
+        return f"attempt of {self.message_id} at {self.attempted_at:%Y-%m-%d %H:%M:%S}"
