@@ -28,12 +28,12 @@ def await_confirmation(delivery: Delivery) -> None:
     delivery.status = Status.AWAITING_CONFIRMATION
     delivery.confirmation_token_id, delivery.confirmation_token_hash = uuid4(), ""  # issued when asked for
     token_id, kind = delivery.confirmation_token_id, delivery.confirmation_required
+    timeout = timezone.now() + timedelta(seconds=settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS)
     announce(
         delivery,
         DeliveryConfirmationRequested(delivery_id=delivery.id, token_id=token_id, confirmation_type=kind),
+        timers=[(DeliveryConfirmationTimedOut(delivery_id=delivery.id, token_id=token_id), timeout)],
     )
-    timeout = timezone.now() + timedelta(seconds=settings.DELIVERY_CONFIRMATION_TIMEOUT_SECONDS)
-    announce(delivery, DeliveryConfirmationTimedOut(delivery_id=delivery.id, token_id=token_id), at=timeout)
 
 
 def _digest(token: str) -> str:

@@ -155,3 +155,21 @@ class DeliveryRescheduled(Event):
     weight_kg: float
     priority: Literal["normal", "high"]
     locations_changed: bool
+
+
+class DeliveryStatusChanged(Event):
+    """Published on every change of a delivery's status, after the event that tells why, in the same
+    transaction: what an outside system is told as it happens (webhooks). The status and its reason are
+    those of docs/api.md's "Status values"; the rest is the status resource at that moment (a delivery
+    failed as `unprocessable` has its row left unread, so these are None)."""
+
+    type = "delivery.status_changed"
+    version = 1
+    delivery_id: UUID
+    customer_id: UUID
+    status: str
+    status_reason: str = ""
+    changed_at: datetime
+    last_known_location: Location | None = None
+    pickup_eta: datetime | None = None
+    delivery_eta: datetime | None = None

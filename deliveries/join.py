@@ -43,6 +43,7 @@ def record_drone_scheduled(
         if delivery.status in Delivery.BEFORE_DISPATCH:
             delivery.status, delivery.status_reason = Status.SCHEDULED, ""
         dispatch_when_ready(delivery)
+        announce(delivery)  # scheduled, unless dispatched at once
         save_fields(delivery, ["drone_id", "eta", "pickup_eta", "drone_scheduled_at", "status_reason", *JOINED])
         return delivery
 
@@ -73,11 +74,13 @@ def record_waiting(
             delivery.waiting_since = timezone.now()
         # A delivery that had waited before it left still needs the timer now: the deadline no
         # longer fails one in transit, and nothing else would.
+        timers = []
         if (first_wait and delivery.deadline is None) or left_without_a_drone:
             give_up_at = max(timezone.now(), delivery.pickup_time) + timedelta(
                 seconds=settings.DELIVERY_MAX_WAIT_SECONDS
             )
-            announce(delivery, DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), at=give_up_at)
+            timers.append((DeliveryWaitTimedOut(delivery_id=delivery.id, round=round), give_up_at))
+        announce(delivery, timers=timers)
         delivery.save()
         return delivery
 

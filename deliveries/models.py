@@ -126,6 +126,13 @@ class Delivery(models.Model):
     def __str__(self):
         return f"delivery {self.id} ({self.status})"
 
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        """Keep the status it was read with: a change to it is announced (`transitions.announce`)."""
+        delivery = super().from_db(db, field_names, values)
+        delivery.announced_status = delivery.__dict__.get("status")
+        return delivery
+
     @property
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL

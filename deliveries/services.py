@@ -12,7 +12,15 @@ from django.db import IntegrityError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from deliveries.events import DeliveryCancelled, DeliveryFailed, DeliveryRequested, Location, PackageInfo, priority_of
+from deliveries.events import (
+    DeliveryCancelled,
+    DeliveryFailed,
+    DeliveryRequested,
+    DeliveryStatusChanged,
+    Location,
+    PackageInfo,
+    priority_of,
+)
 from deliveries.models import Customer, Delivery
 from deliveries.timers import timers_to_set
 from deliveries.transitions import Status, TooLate, announce, announce_about, fail, locked
@@ -218,13 +226,22 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
 
     Only before dispatch: a drone in flight is not called back by a message about it that cannot
     be read (its arrival still ends the delivery, or it shows as overdue). Nor by a message of an
-    older scheduling round. False if nothing was failed."""
+    older scheduling round. False if nothing was failed.
+
+    Its `delivery.status_changed` carries only what the row's customer id tells: nothing else is read."""
     reason = "unprocessable"
     deliveries = Delivery.objects.filter(id=delivery_id, status__in=Delivery.BEFORE_DISPATCH)
     if schedule_round is not None:
         deliveries = deliveries.filter(schedule_round=schedule_round)
     with atomic("deliveries"):
-        failed = deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=timezone.now())
-        if failed:
-            announce_about(delivery_id, DeliveryFailed(delivery_id=delivery_id, reason=reason), ended=True)
-    return bool(failed)
+        customers = list(deliveries.select_for_update().values_list("customer_id", flat=True))
+        if not customers:
+            return False
+        now = timezone.now()
+        deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=now)
+        changed = DeliveryStatusChanged(
+            delivery_id=delivery_id, customer_id=customers[0], status=Status.FAILED, status_reason=reason, changed_at=now
+        )
+        failed = DeliveryFailed(delivery_id=delivery_id, reason=reason)
+        announce_about(delivery_id, failed, ended=True, followed_by=[(changed, None)])
+    return True

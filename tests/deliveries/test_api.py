@@ -32,7 +32,9 @@ def test_a_request_is_accepted_with_202_and_its_event_in_the_same_transaction(cu
     assert response.headers["Location"] == f"/api/deliveries/{delivery_id}"
     event = OutboxMessage.objects.get(type="delivery.requested")
     assert (event.correlation_id, event.payload["delivery_id"]) == (delivery_id, str(delivery_id))
-    timers = OutboxMessage.objects.exclude(type="delivery.requested")
+    changed = OutboxMessage.objects.get(type="delivery.status_changed")
+    assert (changed.correlation_id, changed.payload["status"]) == (delivery_id, "requested")
+    timers = OutboxMessage.objects.exclude(type__in=["delivery.requested", "delivery.status_changed"])
     assert sorted(timers.values_list("type", flat=True)) == ["delivery.deadline_passed", "delivery.join_timed_out"]
     assert all(t.available_at > event.available_at for t in timers)
 

@@ -269,7 +269,9 @@ def test_what_a_subscriber_publishes_to_compensate_for_an_unreadable_message_is_
     handed = deliver("deliveries", "drone.scheduled", {"delivery_id": str(delivery_id), "eta": "soon"})
 
     assert (handed.outcome, handed.dead_letter.reason) == ("dead_lettered", "invalid_payload")
-    assert [(e.type, e.payload["reason"]) for e in handed.published] == [("delivery.failed", "unprocessable")]
+    failed, changed = handed.published
+    assert (failed.type, failed.payload["reason"]) == ("delivery.failed", "unprocessable")
+    assert (changed.type, changed.payload["status"]) == ("delivery.status_changed", "failed")
 
 
 def test_deliver_refuses_a_type_the_subscriber_does_not_handle_and_fields_beside_an_envelope(db):
