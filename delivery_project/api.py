@@ -21,6 +21,9 @@ from deliveries.transitions import NotYet, TooLate
 from delivery_project.field_errors import field_error_message
 from notifications.api import notify_me_router
 from notifications.services import NothingLeftToTell, TooManyRequests
+from outbox.ops import acting_as
+from webhooks.api import router as webhooks
+from webhooks.services import RefusedUrl, UnknownEventType
 
 RETRY_AFTER_SECONDS = 5
 
@@ -64,7 +67,14 @@ class JsonBodyParser(Parser):
 
 class CustomerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Customer | None:
-        return selectors.customer_with_token(token)
+        with acting_as("deliveries"):  # the customers are the deliveries context's, whoever's the path is
+            return selectors.customer_with_token(token)
+
+
+class CustomerRate(CustomerRateThrottle):
+    def allow_request(self, request) -> bool:
+        with acting_as("deliveries"):  # its counters are the deliveries context's, whoever's the path is
+            return super().allow_request(request)
 
 
 api = NinjaAPI(
@@ -73,7 +83,7 @@ api = NinjaAPI(
     description="Request drone deliveries and follow them. Authenticate with `Authorization: Bearer <token>`.",
     auth=CustomerToken(),
     parser=JsonBodyParser(),
-    throttle=[CustomerRateThrottle()],
+    throttle=[CustomerRate()],
     urls_namespace="api",
 )
 api.add_router("/", deliveries)
@@ -86,6 +96,7 @@ def _delivery_state(customer: Customer, delivery_id) -> tuple[str, bool] | None:
 
 
 api.add_router("/", notify_me_router(delivery_state=_delivery_state))
+api.add_router("/", webhooks)
 
 # A context's refusal, as the API answers it: its status, and the field of the request it names
 # (one the refusal names itself, `field`, wins); its message is the refusal's `reason`, if it has one.
@@ -100,6 +111,8 @@ REFUSALS: dict[type[Exception], tuple[int, str]] = {
     confirmation.WrongConfirmationType: (422, "confirmationType"),
     TooManyRequests: (409, "delivery"),
     NothingLeftToTell: (409, "status"),
+    RefusedUrl: (422, "url"),
+    UnknownEventType: (422, "eventTypes"),
 }
 
 

@@ -280,7 +280,9 @@ globals().update(settings_from_environment(os.environ))
 # PostgreSQL each has a schema and a role of its own, and PostgreSQL refuses a query from one
 # context's code into another's tables. The API is the deliveries context's; the admin, the console
 # and the commands run as the project's own role. CONTEXT_SCHEMAS=0: one schema, one role.
-OUTBOX_CONTEXTS = ["packages", "drones", "deliveries", "notifications", "webhooks"] if _flag("CONTEXT_SCHEMAS", True) else []
+OUTBOX_CONTEXTS = (
+    ["packages", "drones", "deliveries", "notifications", "webhooks"] if _flag("CONTEXT_SCHEMAS", True) else []
+)
 OUTBOX_CONTEXT_URLS = {"/api/": "deliveries", "/api/webhookendpoints": "webhooks"}  # the longest prefix wins
 OUTBOX_TRANSACTION_POOLER = DATABASE_TRANSACTION_POOLER
 # The relay's LISTEN holds a session: behind a transaction pooler give it a direct URL of its own.

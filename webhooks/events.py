@@ -1,4 +1,4 @@
-"""The contracts the webhooks context publishes: `webhook.due` to itself, `webhook.endpoint_disabled` to whom it may concern."""
+"""The contracts the webhooks context publishes: `webhook.due` to itself, `webhook.endpoint_disabled` to anyone."""
 
 from uuid import UUID
 

@@ -29,9 +29,7 @@ class Endpoint(models.Model):
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=200, blank=True)
-    failing_since = models.DateTimeField(
-        null=True, blank=True, help_text="the first failure not followed by a success"
-    )
+    failing_since = models.DateTimeField(null=True, blank=True, help_text="the first failure not followed by a success")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self):

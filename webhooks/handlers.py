@@ -1,0 +1,53 @@
+"""Reads the deliveries context's `delivery.status_changed` (never importing it) and its own `webhook.due`."""
+
+from datetime import datetime
+from uuid import UUID
+
+from outbox.api import Reader, Received, subscribe
+from webhooks import services
+
+
+class Place(Reader):
+    latitude: float
+    longitude: float
+    altitude: float | None = None
+
+
+class StatusChanged(Reader):
+    """Just what a webhook tells of a status change."""
+
+    delivery_id: UUID
+    customer_id: UUID
+    status: str
+    status_reason: str = ""
+    changed_at: datetime
+    last_known_location: Place | None = None
+    pickup_eta: datetime | None = None
+    delivery_eta: datetime | None = None
+
+
+@subscribe("webhooks", "delivery.status_changed", reader=StatusChanged, ordered=True)
+def on_status_changed(message: Received[StatusChanged]) -> None:
+    change = message.payload
+    services.enqueue_status_change(
+        customer_id=change.customer_id,
+        delivery_id=change.delivery_id,
+        status=change.status,
+        status_reason=change.status_reason,
+        changed_at=change.changed_at,
+        last_known_location=change.last_known_location.model_dump() if change.last_known_location else None,
+        pickup_eta=change.pickup_eta,
+        delivery_eta=change.delivery_eta,
+    )
+
+
+class Due(Reader):
+    message_id: str
+    after_attempts: int | None = None
+
+
+# POSTs to the customer's endpoint: committed alone, never in a pack's shared transaction, so that
+# no neighbour's failure can roll back its attempt and have it sent again.
+@subscribe("webhooks", "webhook.due", reader=Due, outside_effects=True)
+def on_webhook_due(message: Received[Due]) -> None:
+    services.attempt(message_id=message.payload.message_id, after_attempts=message.payload.after_attempts)
