@@ -1,0 +1,259 @@
+"""What a customer's endpoint is sent, through the real choreography and a real HTTP receiver the
+test starts: one signed POST per status change, in order, each `webhook-id` the same on a retry;
+an endpoint down for long enough disabled and its messages held, then sent oldest first when it is
+enabled; nothing to a disabled endpoint, nor to an address the guard refuses at send time."""
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from uuid import UUID
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+from standardwebhooks import Webhook
+
+from outbox.models import DeadLetter
+from outbox.testing import hand_over, pending, published, run_choreography
+from tests.factories import requested
+from webhooks import services
+from webhooks.models import Attempt, Endpoint, Message
+
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that keeps each POST it is sent and answers from a script
+    (`answers`, first to last, then 200 for ever)."""
+
+    def __init__(self):
+        self.received: list[dict] = []
+        self.answers: list[int] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                with receiver.lock:
+                    receiver.received.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                    status = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def verified(self, secret: str) -> list[dict]:
+        """Each POST received, its signature checked with the `standardwebhooks` package: its JSON."""
+        return [Webhook(secret).verify(r["body"], r["headers"]) for r in self.received]
+
+
+@pytest.fixture
+def receiver(settings) -> Iterator[Receiver]:
+    settings.WEBHOOKS_ALLOW_HTTP = True
+    settings.WEBHOOKS_ALLOW_PRIVATE_NETWORKS = ["127.0.0.0/8"]
+    running = Receiver()
+    yield running
+    running.close()
+
+
+def registered(customer, url: str, **body) -> dict:
+    answer = customer.client.post("/api/webhookendpoints", {"url": url, **body}, content_type="application/json")
+    assert answer.status_code == 201, answer.json()
+    return answer.json()
+
+
+def played(delivery_id: UUID) -> None:
+    """The delivery's choreography to its end, each webhook retry handed over at once, its time not waited for."""
+    run_choreography(correlation_id=delivery_id)
+    while retries := pending("webhook.due", correlation_id=delivery_id):
+        for due in retries:
+            hand_over(due)
+        run_choreography(correlation_id=delivery_id)
+
+
+def statuses_told(delivery_id: UUID) -> list[str]:
+    return [e.payload["status"] for e in published("delivery.status_changed", correlation_id=delivery_id)]
+
+
+def test_each_status_change_is_posted_once_signed_and_in_order(customer, fleet, receiver):
+    endpoint = registered(customer, receiver.url)
+    delivery_id = requested(customer)
+
+    played(delivery_id)
+
+    told = statuses_told(delivery_id)
+    assert told[0] == "requested" and told[-1] == "delivered" and len(told) >= 4
+    bodies = receiver.verified(endpoint["secret"])
+    assert [b["type"] for b in bodies] == [f"delivery.{s}" for s in told]
+    assert {b["data"]["deliveryId"] for b in bodies} == {str(delivery_id)}
+    assert [b["data"]["status"] for b in bodies] == told
+    assert set(bodies[-1]["data"]) == {
+        "deliveryId",
+        "status",
+        "statusReason",
+        "lastKnownLocation",
+        "pickupEta",
+        "deliveryEta",
+    }
+    ids = [r["headers"]["webhook-id"] for r in receiver.received]
+    assert len(set(ids)) == len(ids) and all(i.startswith("msg_") for i in ids)
+    assert receiver.received[0]["headers"]["content-type"] == "application/json"
+    assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.DELIVERED}
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_failed_post_is_retried_with_the_same_webhook_id_and_body(customer, fleet, receiver):
+    endpoint = registered(customer, receiver.url)
+    receiver.answers = [500]
+    delivery_id = requested(customer)
+
+    played(delivery_id)
+
+    first, retry, *rest = receiver.received
+    assert first["headers"]["webhook-id"] == retry["headers"]["webhook-id"]
+    assert first["body"] == retry["body"]
+    assert json.loads(first["body"])["type"] == "delivery.requested"
+    bodies = receiver.verified(endpoint["secret"])
+    told = statuses_told(delivery_id)
+    assert told[-1] == "delivered" and [b["data"]["status"] for b in bodies[1:]] == told  # each in order, after it
+    message = Message.objects.get(pk=first["headers"]["webhook-id"])
+    assert message.status == Message.Status.DELIVERED and message.attempts == 2
+    assert list(message.attempts_made.order_by("attempted_at").values_list("status_code", flat=True)) == [500, 200]
+    attempts = customer.get(f"/webhookendpoints/{endpoint['id']}/attempts").json()["items"]
+    assert attempts[-1]["statusCode"] == 500 and attempts[-1]["webhookId"] == message.pk
+    assert Endpoint.objects.get(pk=endpoint["id"]).failing_since is None
+
+
+def test_a_retry_is_scheduled_later_and_a_stale_copy_of_its_due_sends_nothing(customer, receiver):
+    endpoint = Endpoint.objects.get(pk=registered(customer, receiver.url)["id"])
+    receiver.answers = [503]
+    [message] = services.enqueue_status_change(
+        customer_id=customer.customer.pk, delivery_id=UUID(int=1), status="requested", changed_at=timezone.now()
+    )
+    before = timezone.now()
+
+    services.attempt(message_id=message.pk, after_attempts=0)
+    services.attempt(message_id=message.pk, after_attempts=0)  # a second copy of the same due
+
+    message.refresh_from_db()
+    assert len(receiver.received) == 1 and message.attempts == 1 and message.status == Message.Status.PENDING
+    assert before + timedelta(seconds=2) <= message.next_attempt_at <= before + timedelta(seconds=6)
+    retry = [e for e in published("webhook.due") if e.payload == {"message_id": message.pk, "after_attempts": 1}]
+    assert len(retry) == 1
+    endpoint.refresh_from_db()
+    assert endpoint.failing_since is not None
+
+
+def test_the_backoff_grows_and_never_passes_its_schedule():
+    import random
+
+    rng = random.Random(7)
+    steps = [services.backoff(n, rng=rng).total_seconds() for n in range(1, 10)]
+    assert [2.5 <= steps[0] <= 5, 15 <= steps[1] <= 30, 60 <= steps[2] <= 120] == [True] * 3
+    assert all(2 * 3600 <= s <= 4 * 3600 for s in steps[6:])
+
+
+def test_an_endpoint_down_past_the_horizon_is_disabled_its_messages_held_then_sent_oldest_first_when_enabled(
+    customer, fleet, receiver
+):
+    endpoint = registered(customer, receiver.url)
+    receiver.answers = [500] * 1000
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id)  # the retries wait for their time
+    assert len(receiver.received) == 1  # the first message failed; the rest wait for it
+    told = statuses_told(delivery_id)
+
+    past_the_horizon = timedelta(days=3, minutes=1)  # time moved on: everything as long ago
+    Endpoint.objects.filter(pk=endpoint["id"]).update(failing_since=F("failing_since") - past_the_horizon)
+    Message.objects.filter(endpoint_id=endpoint["id"]).update(created_at=F("created_at") - past_the_horizon)
+    [retry] = pending("webhook.due", correlation_id=delivery_id)
+    hand_over(retry)
+
+    stored = Endpoint.objects.get(pk=endpoint["id"])
+    assert stored.disabled_at is not None and "no success" in stored.disabled_reason
+    assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.HELD}
+    [disabled] = published("webhook.endpoint_disabled")
+    assert disabled.payload["endpoint_id"] == endpoint["id"] and disabled.payload["url"] == receiver.url
+    assert customer.get(f"/webhookendpoints/{endpoint['id']}").json()["enabled"] is False
+    played(delivery_id)  # what is still scheduled finds them held
+    assert len(receiver.received) == 2
+
+    receiver.answers = []
+    enabled = customer.client.post(f"/api/webhookendpoints/{endpoint['id']}/enable")
+    assert enabled.status_code == 200
+    played(delivery_id)
+
+    sent_after = receiver.verified(endpoint["secret"])[2:]
+    assert [b["data"]["status"] for b in sent_after] == told  # oldest first, each once
+    assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.DELIVERED}
+
+
+def test_a_disabled_endpoint_is_sent_nothing(customer, fleet, receiver):
+    endpoint = registered(customer, receiver.url)
+    services.disable(endpoint=Endpoint.objects.get(pk=endpoint["id"]), reason="by hand")
+    delivery_id = requested(customer)
+
+    played(delivery_id)
+
+    assert receiver.received == []
+    assert Message.objects.count() == len(statuses_told(delivery_id))
+    assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.HELD}
+
+
+def test_only_the_event_types_an_endpoint_asked_for_are_sent(customer, fleet, receiver):
+    endpoint = registered(customer, receiver.url, eventTypes=["delivery.delivered"])
+    delivery_id = requested(customer)
+
+    played(delivery_id)
+
+    assert [b["type"] for b in receiver.verified(endpoint["secret"])] == ["delivery.delivered"]
+
+
+def test_an_address_the_guard_refuses_at_send_time_is_an_attempt_with_its_error_and_nothing_sent(
+    customer, fleet, receiver, settings
+):
+    endpoint = registered(customer, receiver.url)
+    settings.WEBHOOKS_ALLOW_PRIVATE_NETWORKS = []  # allowed when registered, no longer
+    delivery_id = requested(customer)
+
+    run_choreography(correlation_id=delivery_id)
+
+    assert receiver.received == []
+    [attempt] = Attempt.objects.all()
+    assert attempt.status_code is None and "127.0.0.1" in attempt.error
+    assert not DeadLetter.objects.exists()
+    assert customer.get(f"/webhookendpoints/{endpoint['id']}/attempts").json()["items"][0]["error"] == attempt.error
+
+
+def test_a_ping_is_sent_signed(customer, receiver):
+    endpoint = registered(customer, receiver.url)
+    queued = customer.client.post(f"/api/webhookendpoints/{endpoint['id']}/ping")
+
+    run_choreography()
+
+    [ping] = receiver.verified(endpoint["secret"])
+    assert ping["type"] == "webhook.ping" and ping["data"] == {"endpointId": endpoint["id"]}
+    assert receiver.received[0]["headers"]["webhook-id"] == queued.json()["webhookId"]
+
+
+def test_after_a_rotation_both_secrets_verify_the_same_message(customer, receiver):
+    endpoint = registered(customer, receiver.url)
+    rotated = customer.client.post(f"/api/webhookendpoints/{endpoint['id']}/rotate-secret").json()
+    customer.client.post(f"/api/webhookendpoints/{endpoint['id']}/ping")
+
+    run_choreography()
+
+    assert receiver.verified(rotated["secret"]) == receiver.verified(endpoint["secret"])
