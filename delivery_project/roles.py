@@ -16,10 +16,11 @@ OPERATOR_ACTIONS = [
     "outbox.discard_deadletter",
     "drones.ground_drone",
     "drones.return_drone",
+    "webhooks.replay_message",
 ]
 ROLES = {
     "operators": "view everything; replay and discard dead letters; ground drones and return them to service; "
-    "cancel deliveries before dispatch",
+    "cancel deliveries before dispatch; replay webhook messages",
     "auditors": "view everything, change nothing",
 }
 

@@ -65,6 +65,7 @@ class Message(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["endpoint", "delivery_id", "created_at"], name="webhooks_message_in_order")]
+        permissions = [("replay_message", "Can replay a webhook message given up or held")]
 
     def __str__(self):
         return f"{self.event_type} {self.pk}"
