@@ -205,3 +205,20 @@ def test_after_a_rotation_both_secrets_verify_the_same_message(customer, receive
     run_choreography()
 
     assert receiver.verified(rotated["secret"]) == receiver.verified(endpoint["secret"])
+
+
+def test_the_plain_hmac_verification_in_docs_api_accepts_a_message_and_refuses_a_changed_one(customer, receiver):
+    from django.conf import settings
+
+    docs = (settings.BASE_DIR / "docs" / "api.md").read_text()
+    code = docs.split("Or with the standard library alone:")[1].split("```python\n")[1].split("```")[0]
+    assert len(code.strip().splitlines()) <= 11
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102 - the docs' own example, run as a receiver would
+    endpoint = registered(customer, receiver.url)
+    customer.client.post(f"/api/webhookendpoints/{endpoint['id']}/ping")
+    run_choreography()
+
+    [ping] = receiver.received
+    assert namespace["verify"](endpoint["secret"], ping["body"].encode(), ping["headers"])
+    assert not namespace["verify"](endpoint["secret"], ping["body"].encode() + b" ", ping["headers"])
