@@ -12,7 +12,9 @@ from outbox.testing import hand_over, pending, run_choreography
 
 # What ships in the wheel: the deployable, the kernel and the contexts.
 # What the project's wheel holds; the kernel (outbox) ships as a distribution of its own (kernel/).
-PRODUCT_PACKAGES = frozenset({"delivery_project", "common", "packages", "drones", "deliveries", "notifications", "webhooks"})
+PRODUCT_PACKAGES = frozenset(
+    {"delivery_project", "common", "packages", "drones", "deliveries", "notifications", "webhooks"}
+)
 
 BASE = (47.6205, -122.3493)
 
