@@ -240,7 +240,11 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
         now = timezone.now()
         deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=now)
         changed = DeliveryStatusChanged(
-            delivery_id=delivery_id, customer_id=customers[0], status=Status.FAILED, status_reason=reason, changed_at=now
+            delivery_id=delivery_id,
+            customer_id=customers[0],
+            status=Status.FAILED,
+            status_reason=reason,
+            changed_at=now,
         )
         failed = DeliveryFailed(delivery_id=delivery_id, reason=reason)
         announce_about(delivery_id, failed, ended=True, followed_by=[(changed, None)])

@@ -20,7 +20,7 @@ HANDLER_STATEMENTS = {
     ("deliveries", "drone.arrived"): 7,  # the end withdraws its timers still to fire
     ("deliveries", "drone.position_reported"): 5,  # an ordered stream's cursor moved in one statement, not two
     ("deliveries", "drone.released"): 5,
-    ("deliveries", "drone.scheduled"): 7,  # the same; and its delivery.status_changed, published apart
+    ("deliveries", "drone.scheduled"): 7,  # the same; and its delivery.status_changed (scheduled), its only event
     ("deliveries", "package.ready"): 6,
     ("drones", "delivery.completed"): 12,
     ("drones", "delivery.dispatched"): 8,  # the take-off's flight schedule in one INSERT (publish_many), not four
@@ -33,7 +33,7 @@ HANDLER_STATEMENTS = {
     ("webhooks", "delivery.status_changed"): 5,  # a customer with no endpoint: one read of them
 }
 # POST /api/deliveryrequests, accepted: token, rate limit, idempotency, the delivery, its events
-# (delivery.requested and its two timers in one INSERT, not three).
+# (delivery.requested, its two timers and its delivery.status_changed in one INSERT, not four).
 REQUEST_STATEMENTS = 7
 
 

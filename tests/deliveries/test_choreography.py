@@ -245,7 +245,9 @@ def test_the_timeline_keeps_each_cause_before_its_effects_when_a_hosts_clock_run
     delivery_id = requested(customer)
     request = OutboxMessage.objects.get(correlation_id=delivery_id, type="delivery.requested")
     # The web host that took it runs 10 s ahead of the workers: so does all it published with it.
-    OutboxMessage.objects.filter(correlation_id=delivery_id).update(occurred_at=F("occurred_at") + timedelta(seconds=10))
+    OutboxMessage.objects.filter(correlation_id=delivery_id).update(
+        occurred_at=F("occurred_at") + timedelta(seconds=10)
+    )
     run_choreography(correlation_id=delivery_id)
 
     timeline = customer.get(f"/deliveries/{delivery_id}/timeline").json()
