@@ -25,6 +25,9 @@ FREE_TEXT_ALLOWED = {
     "confirmation_required": "a kind of confirmation, None, FingerPrint, Picture or Voice",
     "confirmation_type": "the same kind, in the confirmation request (the task token itself never travels)",
     "tag": "the customer's package label: bounded and documented as not for personal data",
+    "status": "a delivery's status, one of docs/api.md's status values",
+    "status_reason": "a reason code chosen by the deliveries context, as `reason`",
+    "webhook_id": "the id of a webhook message: msg_ and random characters, nothing of what it carries",
 }
 
 

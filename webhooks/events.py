@@ -12,7 +12,7 @@ class WebhookDue(Event):
 
     type = "webhook.due"
     version = 1
-    message_id: str
+    webhook_id: str  # the message's id, as its `webhook-id` header says it
     after_attempts: int = 0
 
 
@@ -24,4 +24,3 @@ class WebhookEndpointDisabled(Event):
     version = 1
     endpoint_id: UUID
     customer_id: UUID
-    url: str

@@ -42,7 +42,7 @@ def on_status_changed(message: Received[StatusChanged]) -> None:
 
 
 class Due(Reader):
-    message_id: str
+    webhook_id: str
     after_attempts: int | None = None
 
 
@@ -50,4 +50,4 @@ class Due(Reader):
 # no neighbour's failure can roll back its attempt and have it sent again.
 @subscribe("webhooks", "webhook.due", reader=Due, outside_effects=True)
 def on_webhook_due(message: Received[Due]) -> None:
-    services.attempt(message_id=message.payload.message_id, after_attempts=message.payload.after_attempts)
+    services.attempt(message_id=message.payload.webhook_id, after_attempts=message.payload.after_attempts)

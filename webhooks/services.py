@@ -198,7 +198,7 @@ def ping(*, endpoint: Endpoint) -> Message:
 def _announce(message: Message, *, at: datetime | None = None) -> None:
     """Publish the message's `webhook.due`: now, or at `at` (a retry)."""
     publish(
-        WebhookDue(message_id=message.pk, after_attempts=message.attempts),
+        WebhookDue(webhook_id=message.pk, after_attempts=message.attempts),
         stream=f"webhooks:{message.delivery_id or message.endpoint_id}",
         correlation_id=message.delivery_id,
         available_at=at,
@@ -345,7 +345,7 @@ def disable(*, endpoint: Endpoint, reason: str, now: datetime | None = None) -> 
             status=Message.Status.HELD, next_attempt_at=None
         )
         publish(
-            WebhookEndpointDisabled(endpoint_id=endpoint.pk, customer_id=endpoint.customer_id, url=endpoint.url),
+            WebhookEndpointDisabled(endpoint_id=endpoint.pk, customer_id=endpoint.customer_id),
             stream=f"webhooks:{endpoint.pk}",
         )
         endpoint.disabled_at, endpoint.disabled_reason = now, reason

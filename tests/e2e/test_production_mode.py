@@ -178,7 +178,7 @@ def test_under_log_format_json_every_process_logs_only_json(env, fleet, tmp_path
     assert any(line["logger"] == "gunicorn.error" and "Listening at" in line["message"] for line in web)
     assert any(line["logger"] == "dramatiq.MainProcess" for line in workers)  # Dramatiq's parent process
     handled = [line for line in workers if line.get("correlation_id") == str(delivery.id) and "outcome" in line]
-    assert {line["subscriber"] for line in handled} == {"deliveries", "drones", "packages", "notifications"}
+    assert {line["subscriber"] for line in handled} == {"deliveries", "drones", "packages", "notifications", "webhooks"}
     assert all(line["level"] == "INFO" and line["duration_ms"] >= 0 and line["message_id"] for line in handled)
     assert {(line["subscriber"], line["event_type"]) for line in handled} >= {
         ("drones", "delivery.requested"),

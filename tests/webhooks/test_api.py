@@ -164,7 +164,7 @@ def test_a_ping_is_queued_as_a_message(customer):
     assert answer.status_code == 202
     message = Message.objects.get(pk=answer.json()["webhookId"])
     assert message.event_type == "webhook.ping" and message.status == Message.Status.PENDING
-    [due] = [e for e in published("webhook.due") if e.payload["message_id"] == message.pk]
+    [due] = [e for e in published("webhook.due") if e.payload["webhook_id"] == message.pk]
     assert due.payload["after_attempts"] == 0
 
 
