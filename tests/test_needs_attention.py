@@ -13,6 +13,7 @@ from outbox_tests.letters import a_dead_letter
 from deliveries.models import Delivery
 from outbox.models import Heartbeat
 from tests.factories import requested
+from webhooks.models import Endpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -85,6 +86,21 @@ def test_a_silent_relay_is_counted_with_a_link_to_the_overviews_relays(admin_cli
     assert 'href="/admin/outbox/outboxmessage/overview/#relays-and-workers"' in shown
     overview = admin_client.get("/admin/outbox/outboxmessage/overview/").content.decode()
     assert 'id="relays-and-workers"' in overview and "silent for" in overview
+
+
+def test_a_disabled_webhook_endpoint_is_counted_and_its_link_lists_it(admin_client, customer):
+    disabled, failing = (
+        Endpoint.objects.create(customer_id=customer.customer.pk, url=f"https://hooks.example.com/{n}") for n in (1, 2)
+    )
+    Endpoint.objects.filter(pk=disabled.pk).update(disabled_at=timezone.now(), disabled_reason="no success for 3 days")
+    Endpoint.objects.filter(pk=failing.pk).update(failing_since=timezone.now())  # still retried: not counted
+
+    shown = block(admin_client)
+
+    assert warnings(shown) == ["1 webhook endpoint disabled"]
+    link = re.search(r'<a href="([^"]+)"><strong>1</strong> webhook endpoint disabled', shown).group(1)
+    listed = admin_client.get(link)
+    assert [endpoint.pk for endpoint in listed.context["cl"].result_list] == [disabled.pk]
 
 
 def test_only_what_a_user_may_see_is_counted_for_them(admin_client, client, customer):

@@ -7,6 +7,11 @@ from django.db.models import QuerySet
 from webhooks.models import Attempt, Endpoint
 
 
+def disabled_endpoints() -> QuerySet[Endpoint]:
+    """Endpoints disabled after failing for too long: nothing goes to them until their customer enables them."""
+    return Endpoint.objects.exclude(disabled_at=None)
+
+
 def endpoints_of(customer_id: UUID) -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(customer_id=customer_id).order_by("created_at", "pk")
 

@@ -1,11 +1,13 @@
 """The admin index's "Needs attention" block: the kernel's concerns (dead letters, silent relays and
-workers) and the deliveries stuck past their deadline or ETA, which only the wiring may name together."""
+workers), the deliveries stuck past their deadline or ETA and the webhook endpoints disabled, which
+only the wiring may name together."""
 
 from django import template
 from django.db import DatabaseError
 from django.urls import reverse
 
 from deliveries.selectors import overdue_deliveries
+from webhooks.selectors import disabled_endpoints
 from outbox.ops import Concern, needs_attention
 
 register = template.Library()
@@ -15,13 +17,19 @@ register = template.Library()
 def needs_attention_block(context) -> dict:
     user = context["request"].user
     deliveries_seen = user.has_perm("deliveries.view_overduedelivery")
-    concerns = [*needs_attention(user), *(_stuck_deliveries() if deliveries_seen else [])]
+    endpoints_seen = user.has_perm("webhooks.view_endpoint")
+    concerns = [
+        *needs_attention(user),
+        *(_stuck_deliveries() if deliveries_seen else []),
+        *(_disabled_endpoints() if endpoints_seen else []),
+    ]
     checked = [
         phrase
         for phrase, seen in (
             ("no open dead letter", user.has_perm("outbox.view_deadletter")),
             ("no silent relay or worker", user.has_perm("outbox.view_outboxmessage")),
             ("no delivery stuck past its deadline or ETA", deliveries_seen),
+            ("no webhook endpoint disabled", endpoints_seen),
         )
         if seen
     ]
@@ -43,5 +51,22 @@ def _stuck_deliveries() -> list[Concern]:
             if stuck == 1
             else "deliveries stuck past their deadline or ETA",
             href=reverse("admin:deliveries_overduedelivery_changelist"),
+        )
+    ]
+
+
+def _disabled_endpoints() -> list[Concern]:
+    try:
+        disabled: int | None = disabled_endpoints().count()
+    except DatabaseError:
+        disabled = None
+    if disabled == 0:
+        return []
+    return [
+        Concern(
+            name="disabled-endpoints",
+            count=disabled,
+            what="webhook endpoint disabled" if disabled == 1 else "webhook endpoints disabled",
+            href=reverse("admin:webhooks_endpoint_changelist") + "?disabled_at__isempty=0",
         )
     ]
