@@ -7,8 +7,8 @@ from django.db import DatabaseError
 from django.urls import reverse
 
 from deliveries.selectors import overdue_deliveries
-from webhooks.selectors import disabled_endpoints
 from outbox.ops import Concern, needs_attention
+from webhooks.selectors import disabled_endpoints
 
 register = template.Library()
 
