@@ -164,3 +164,15 @@ def test_every_label_fits_the_picture_and_clears_the_loops_even_on_the_last_lane
     assert "notification.due: dead letter, handler_error (x6)" in [content for content, _ in texts]
     assert len(loops) == 6  # the timers and the copies of notification.due, each a loop of its own lane
     assert_every_text_fits_and_clears_the_loops(drawn)
+
+
+def test_the_events_one_request_published_together_follow_one_request_arrow():
+    """A request that publishes two events in its transaction (they share its moment) is one request;
+    a second request later is another."""
+    first = event("delivery.requested", "deliveries", ["drones"], at=0)
+    its_status = event("delivery.status_changed", "deliveries", ["notifications"], at=0)
+    later = event("delivery.cancelled", "deliveries", ["drones"], at=5)
+
+    drawn = render([first, its_status, later], lanes=LANES, now=T0 + timedelta(seconds=60), origin=LANES[:2])
+
+    assert drawn.count(">request<") == 2

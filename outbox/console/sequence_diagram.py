@@ -100,23 +100,26 @@ def _placed(events: list[dict], x: dict, start, now, origin, labels: _Labels, li
     duplicate of its copies after it, where it happened among the events that followed."""
     rows: list[Draw] = []
     later: list[tuple[datetime, int, Draw]] = []  # (when, order made, row) not yet placed
+    requests: set[datetime] = set()  # one request arrow a transaction: its uncaused events share their moment
     for event in events:
         while later and later[0][0] <= event["occurred_at"]:
             rows.append(later.pop(0)[2])
-        rows += _event_rows(event, x, start=start, now=now, origin=origin, labels=labels)
+        rows += _event_rows(event, x, start=start, now=now, origin=origin, labels=labels, requests=requests)
         for at, draw in _copy_rows(event, x, start=start, labels=labels, link=link):
             later.append((at or event["occurred_at"], len(later) + len(rows), draw))
         later.sort(key=lambda item: (item[0], item[1]))
     return rows + [draw for _, _, draw in later]
 
 
-def _event_rows(event: dict, x: dict, *, start, now, origin, labels: _Labels) -> list[Draw]:
-    """The event's row, after the customer's request when it is one."""
+def _event_rows(event: dict, x: dict, *, start, now, origin, labels: _Labels, requests: set) -> list[Draw]:
+    """The event's row, after the customer's request when it is the first one the request published."""
     rows, publisher = [], event["published_by"]
     when = offset(event["occurred_at"] - start)
     subscribers = event["subscribers"]
     timer = [s["subscriber"] for s in subscribers] == [publisher]
-    if origin and publisher == origin[1] and not event.get("causation_id") and not timer:
+    uncaused = origin and publisher == origin[1] and not event.get("causation_id") and not timer
+    if uncaused and event["occurred_at"] not in requests:
+        requests.add(event["occurred_at"])
         customer, request = x[origin[0]], labels.place(x[origin[0]], "request")
         rows.append(lambda y: _row(y, when, [svg.line(customer, y, x[publisher] - 8, y), request(y)], "edge"))
     left = min([x[publisher], *(x[s["subscriber"]] for s in subscribers)])
