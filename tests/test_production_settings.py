@@ -74,3 +74,20 @@ def test_trying_production_mode_locally_sends_mail_to_the_console_unless_an_smtp
     assert email_backend(**production_here, DJANGO_EMAIL_HOST="smtp.example.com").endswith("smtp.EmailBackend")
     real = dict(DJANGO_DEBUG="0", DJANGO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_ALLOWED_HOSTS="api.example.com")
     assert email_backend(**real) == "django.core.mail.backends.smtp.EmailBackend"
+
+
+def test_the_webhooks_get_a_concurrency_limit_where_a_redis_counts_it_and_rabbitmq_alone_still_starts():
+    def limits(**env: str) -> str:
+        said = "from django.conf import settings; print(settings.OUTBOX_SUBSCRIBER_LIMITS)"
+        run = manage("shell", "-c", said, **{"OUTBOX_LIMITS_REDIS_URL": "", "WEBHOOKS_CONCURRENCY": "", **env})
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip().splitlines()[-1]
+
+    rabbitmq = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    assert limits(BROKER_URL="") == "{'webhooks': {'concurrency': 2}}"  # the embedded Redis
+    assert limits(BROKER_URL=rabbitmq, OUTBOX_LIMITS_REDIS_URL="redis://127.0.0.1:6379/0") == (
+        "{'webhooks': {'concurrency': 2}}"
+    )
+    assert limits(BROKER_URL=rabbitmq) == "{}"  # nowhere to count: no limit, rather than a refusal to start
+    assert limits(BROKER_URL="", WEBHOOKS_CONCURRENCY="5") == "{'webhooks': {'concurrency': 5}}"
+    assert limits(BROKER_URL="", WEBHOOKS_CONCURRENCY="0") == "{}"

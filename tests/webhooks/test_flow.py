@@ -114,6 +114,14 @@ def test_the_backoff_grows_and_never_passes_its_schedule():
     assert all(2 * 3600 <= s <= 4 * 3600 for s in steps[6:])
 
 
+def test_the_backoff_schedule_is_the_deployments(settings):
+    settings.WEBHOOKS_BACKOFF_SECONDS = (1.0, 2.0)
+
+    assert 0.5 <= services.backoff(1).total_seconds() <= 1
+    assert 1 <= services.backoff(2).total_seconds() <= 2
+    assert services.backoff(3).total_seconds() >= 2 * 3600
+
+
 def test_an_endpoint_down_past_the_horizon_is_disabled_its_messages_held_then_sent_oldest_first_when_enabled(
     customer, fleet, receiver
 ):
