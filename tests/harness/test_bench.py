@@ -83,7 +83,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     assert result["figures"]["end_to_end"]["reference"] == "commit_ceiling"
     assert result["figures"]["copies_per_pack"]["median"] >= 1  # every delivery's copies were relayed
     assert result["figures"]["transactions"]["median"] >= 1  # the accepted POST's own, at least
-    assert len(result["statements_per_handler"]) == 13  # every (subscriber, event) of the happy path
+    assert len(result["statements_per_handler"]) == 14  # every (subscriber, event) of the happy path
     assert result["handler_cpu_ms"].keys() == result["statements_per_handler"].keys()  # each one timed
     assert all(python > 0 and database > 0 for python, database in result["handler_cpu_ms"].values())
     assert result["figures"]["handler_cpu_python"]["reference"] == "healthz_in_process"
