@@ -7,6 +7,10 @@ each execution is timed on its own clocks: this process's CPU (`time.process_tim
 handler's Python, Django and psycopg) and its PostgreSQL backend's (the scheduler's runtime in
 `/proc/PID/schedstat`, in nanoseconds). What it leaves out is what a worker adds per message
 whatever the handler does: Dramatiq, pika, the broker, the relay. Same-machine comparisons only.
+
+With `webhook_url`, each delivery's customer has one endpoint there that wants every status: the
+webhooks subscriber's messages and each `webhook.due`'s send are then among the executions timed
+(the receiver's CPU is its own process's, not counted).
 """
 
 import statistics
@@ -25,6 +29,8 @@ from harness.bench_api import a_request_body
 from harness.statement_counts import body_of, happy_path
 from outbox.core.envelope import Envelope
 from outbox.handling.dispatch import dispatch
+from webhooks.models import Attempt
+from webhooks.services import create_endpoint
 
 
 def backend_runtime_ns(pid: int) -> int:
@@ -55,6 +61,7 @@ class HandlerCpu:
     python_ms: list[float]  # per delivery: this process's CPU in its handler executions
     database_ms: list[float]  # per delivery: the backend's
     by_handler: dict[tuple[str, str], tuple[float, float]]  # median ms of one execution: (python, database)
+    webhook_sends: list[int]  # per delivery: POSTs to its customer's endpoint (none without one)
 
     @property
     def total_ms(self) -> list[float]:
@@ -64,21 +71,22 @@ class HandlerCpu:
 # DEBUG off as in a worker (DEBUG logs every statement, quoting its parameters); the flight's
 # timers due at once.
 @override_settings(DEBUG=False, DRONE_SIMULATION_SPEEDUP=1_000_000)
-def measure(*, deliveries: int, warm_up: int = 3) -> HandlerCpu:
+def measure(*, deliveries: int, warm_up: int = 3, webhook_url: str | None = None) -> HandlerCpu:
     """Take `deliveries` (after `warm_up` untimed ones) through the happy path of
-    harness.statement_counts, timing each handler execution. Needs free drones near
-    harness.bench.BASE and a local PostgreSQL."""
+    harness.statement_counts, timing each handler execution; with `webhook_url`, its customer's
+    endpoint. Needs free drones near harness.bench.BASE and a local PostgreSQL."""
     if connection.vendor != "postgresql":
         raise RuntimeError("the handler CPU is measured on PostgreSQL: set DATABASE_URL=postgres://...")
     connection.ensure_connection()
     backend_pid = connection.connection.info.backend_pid
-    python_ms, database_ms = [], []
+    python_ms, database_ms, webhook_sends = [], [], []
     by_handler_python, by_handler_database = defaultdict(list), defaultdict(list)
     for n in range(warm_up + deliveries):
         timed = Timed(backend_pid)
-        _deliver_one(timed)
+        sends = _deliver_one(timed, webhook_url=webhook_url)
         if n < warm_up:
             continue
+        webhook_sends.append(sends)
         python_ms.append(sum(map(sum, timed.python_ns.values())) / 1e6)
         database_ms.append(sum(map(sum, timed.database_ns.values())) / 1e6)
         for key, runs in timed.python_ns.items():
@@ -88,7 +96,13 @@ def measure(*, deliveries: int, warm_up: int = 3) -> HandlerCpu:
         key: (statistics.median(by_handler_python[key]) / 1e6, statistics.median(by_handler_database[key]) / 1e6)
         for key in sorted(by_handler_python)
     }
-    return HandlerCpu(deliveries=deliveries, python_ms=python_ms, database_ms=database_ms, by_handler=by_handler)
+    return HandlerCpu(
+        deliveries=deliveries,
+        python_ms=python_ms,
+        database_ms=database_ms,
+        by_handler=by_handler,
+        webhook_sends=webhook_sends,
+    )
 
 
 @override_settings(DEBUG=False)
@@ -102,11 +116,20 @@ def healthz_ms(*, requests: int = 300) -> float:
     return statistics.median(times) / 1e6
 
 
-def _deliver_one(hand: Timed) -> None:
-    """A new customer each time: one customer's many requests would meet its rate limit."""
-    _, token = create_customer(name=f"handler-cpu-{uuid4().hex[:12]}")
+def _deliver_one(hand: Timed, *, webhook_url: str | None = None) -> int:
+    """A new customer each time (one customer's many requests would meet its rate limit), with an
+    endpoint at `webhook_url` if given: the webhook POSTs its delivery made, each one a 2xx."""
+    customer, token = create_customer(name=f"handler-cpu-{uuid4().hex[:12]}")
+    if webhook_url:
+        create_endpoint(customer_id=customer.pk, url=webhook_url, description="handler CPU")
     client = Client(headers={"Authorization": f"Bearer {token}"})
     response = client.post("/api/deliveryrequests", a_request_body(), content_type="application/json")
     if response.status_code != 202:
         raise RuntimeError(f"the request was refused: {response.status_code} {response.content[:300]!r}")
     happy_path(hand, UUID(response.json()["deliveryId"]))
+    attempts = Attempt.objects.filter(message__endpoint__customer_id=customer.pk)
+    failed = attempts.exclude(status_code__gte=200, status_code__lt=300)
+    if failed.exists():
+        first = failed.first()
+        raise RuntimeError(f"a webhook POST of a delivery failed: {first.status_code} {first.error!r}")
+    return attempts.count()

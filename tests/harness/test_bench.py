@@ -21,7 +21,7 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     command += ["--latency-rates", "20", "--latency-seconds", "2", "--history", "300"]
     command += ["--api-clients", "2", "--api-seconds", "2", "--deliveries", "5", "--drones", "5"]
     command += ["--embedded-deliveries", "2", "--sweep-seconds", "5", "--handler-deliveries", "2"]
-    command += ["--worker-messages", "30"]
+    command += ["--worker-messages", "30", "--webhook-messages", "20"]
     # A bound on a hang, not a timing: beside a CPU-bound step it took 238 s here, 72 s alone.
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
 
@@ -38,6 +38,10 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
         "healthz_in_process",
         "handler_cpu_python",
         "handler_cpu_database",
+        "handler_cpu_total",
+        "webhook_delivery_cpu",
+        "webhook_sends",
+        "webhook_posts_bare",
         "message_in_process",
         "message_in_process_python",
         "message_in_process_database",
@@ -83,10 +87,13 @@ def test_bench_measures_every_figure_beside_its_reference_and_writes_json(tmp_pa
     assert result["figures"]["end_to_end"]["reference"] == "commit_ceiling"
     assert result["figures"]["copies_per_pack"]["median"] >= 1  # every delivery's copies were relayed
     assert result["figures"]["transactions"]["median"] >= 1  # the accepted POST's own, at least
-    assert len(result["statements_per_handler"]) == 13  # every (subscriber, event) of the happy path
+    assert len(result["statements_per_handler"]) == 14  # every (subscriber, event) of the happy path
     assert result["handler_cpu_ms"].keys() == result["statements_per_handler"].keys()  # each one timed
     assert all(python > 0 and database > 0 for python, database in result["handler_cpu_ms"].values())
     assert result["figures"]["handler_cpu_python"]["reference"] == "healthz_in_process"
+    webhook_cpu = result["figures"].pop("webhook_delivery_cpu")  # a difference: noise may make it negative here
+    assert webhook_cpu["reference"] == "handler_cpu_total" and float(webhook_cpu["note"].split(" webhook")[0]) >= 1
+    assert result["figures"]["webhook_sends"]["reference"] == "webhook_posts_bare"
     assert sum(result["statements_per_handler"].values()) <= result["figures"]["statements_delivery"]["median"]
     growth = result["figures"].pop("worker_rss_growth")  # may be 0 or less
     assert result["figures"].pop("sweep_lag")["min"] >= 0  # 0 when it is never behind (the test's 1-s figure)

@@ -1,3 +1,4 @@
+import contextlib
 import json
 import signal
 import statistics
@@ -11,7 +12,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from common.arguments import comma_separated, number, whole_number
 from drones.services import seed_fleet
-from harness import bench, bench_floors, bench_processes, bench_sweep, handler_cpu, message_cost, statement_counts
+from harness import (
+    bench,
+    bench_floors,
+    bench_processes,
+    bench_sweep,
+    bench_webhooks,
+    handler_cpu,
+    message_cost,
+    statement_counts,
+)
 from harness.scratch import scratch_run
 
 # The sweep at load: events a second (five times the system's end-to-end rate), behind a backlog.
@@ -71,6 +81,13 @@ class Command(BaseCommand):
             default=1000,
             help="Messages of one handler timed in one process and again through the workers, each run (0: skip it).",
         )
+        parser.add_argument(
+            "--webhook-messages",
+            type=optional_count,
+            default=1000,
+            help="Webhook messages sent through webhooks.services.attempt, each run, beside as many bare POSTs; "
+            "with --handler-deliveries, also what a webhook adds to a delivery's CPU (0: skip them).",
+        )
         parser.add_argument("--embedded-rate", type=positive, default=2.0, help="Their requests a second.")
         parser.add_argument(
             "--history",
@@ -99,8 +116,14 @@ class Command(BaseCommand):
                 machine = bench.machine()
                 self.stdout.write(f"machine: {machine}")
                 figures = self._measure_statements()
-                if options["handler_deliveries"]:
-                    figures |= self._measure_handler_cpu(runs=runs, deliveries=options["handler_deliveries"])
+                webhooks = options["webhook_messages"]
+                with bench_webhooks.receiver() if webhooks else contextlib.nullcontext() as webhook_url:
+                    if options["handler_deliveries"]:
+                        figures |= self._measure_handler_cpu(
+                            runs=runs, deliveries=options["handler_deliveries"], webhook_url=webhook_url
+                        )
+                    if webhooks:
+                        figures |= self._measure_webhook_sends(webhook_url, runs=runs, messages=webhooks)
                 if options["worker_messages"]:
                     figures |= self._measure_message_cost(scratch, runs=runs, messages=options["worker_messages"])
                 figures |= self._measure(
@@ -141,6 +164,7 @@ class Command(BaseCommand):
             api=api,
             end_to_end={"deliveries": options["deliveries"], "drones": options["drones"]},
             embedded={"deliveries": options["embedded_deliveries"], "rate": options["embedded_rate"]},
+            webhook_messages=options["webhook_messages"],
         )
 
     def _measure(
@@ -308,9 +332,12 @@ class Command(BaseCommand):
             self._progress(figure)
         return figures
 
-    def _measure_handler_cpu(self, *, runs: int, deliveries: int) -> dict[str, bench.Figure]:
+    def _measure_handler_cpu(
+        self, *, runs: int, deliveries: int, webhook_url: str | None = None
+    ) -> dict[str, bench.Figure]:
         """A delivery's handler executions timed in one process (harness.handler_cpu), beside one
-        in-process GET /healthz: the handler path alone, without the relay, the broker and Dramatiq."""
+        in-process GET /healthz: the handler path alone, without the relay, the broker and Dramatiq.
+        With `webhook_url`, the same again with an endpoint there wanting every status: the difference."""
         setup = f"in one process, median of {deliveries} deliveries"
         figures = {
             "healthz_in_process": bench.Figure("GET /healthz in process, CPU (reference)", "ms"),
@@ -322,18 +349,73 @@ class Command(BaseCommand):
                 "ms",
                 reference="healthz_in_process",
             ),
+            "handler_cpu_total": bench.Figure(
+                f"a delivery's handler executions, both CPUs, no webhook ({setup})",
+                "ms",
+                reference="healthz_in_process",
+            ),
         }
-        for _ in range(runs):
+        if webhook_url:
+            figures["webhook_delivery_cpu"] = bench.Figure(
+                "added by one endpoint wanting every status, both CPUs", "ms", reference="handler_cpu_total"
+            )
+        for run in range(runs):
             figures["healthz_in_process"].values.append(handler_cpu.healthz_ms())
+            # Alternated, neither side always second; one warm-up delivery for the webhook's own
+            # paths (the first run's no-webhook side warmed the rest), to keep the test's run short.
+            hooked = None
+            if webhook_url and run % 2:
+                hooked = handler_cpu.measure(deliveries=deliveries, warm_up=1, webhook_url=webhook_url)
             measured = handler_cpu.measure(deliveries=deliveries)
+            if webhook_url and not run % 2:
+                hooked = handler_cpu.measure(deliveries=deliveries, warm_up=1, webhook_url=webhook_url)
             figures["handler_cpu_python"].values.append(statistics.median(measured.python_ms))
             figures["handler_cpu_database"].values.append(statistics.median(measured.database_ms))
+            figures["handler_cpu_total"].values.append(statistics.median(measured.total_ms))
+            if hooked:
+                added = {
+                    side: statistics.median(getattr(hooked, side)) - statistics.median(getattr(measured, side))
+                    for side in ("python_ms", "database_ms", "total_ms")
+                }
+                figures["webhook_delivery_cpu"].values.append(added["total_ms"])
+                figures["webhook_delivery_cpu"].note = (
+                    f"{statistics.median(hooked.webhook_sends):g} webhook sends a delivery; last run: "
+                    f"{added['python_ms']:+.1f} ms this process, {added['database_ms']:+.1f} ms its backend"
+                )
         self.handler_cpu = {f"{s} {t}": list(times) for (s, t), times in measured.by_handler.items()}
         self.stdout.write("CPU of one handler execution, in one process, last run (ms: Python, PostgreSQL):")
         for (subscriber, event_type), (python, database) in measured.by_handler.items():
             self.stdout.write(f"  {subscriber:<14} {event_type:<26} {python:>6.2f} {database:>6.2f}")
+        if hooked:
+            self.stdout.write("  with a webhook endpoint, the webhooks subscriber's:")
+            for (subscriber, event_type), (python, database) in hooked.by_handler.items():
+                if subscriber == "webhooks":
+                    self.stdout.write(f"  {subscriber:<14} {event_type:<26} {python:>6.2f} {database:>6.2f}")
         for figure in figures.values():
             self._progress(figure)
+        return figures
+
+    def _measure_webhook_sends(self, url: str, *, runs: int, messages: int) -> dict[str, bench.Figure]:
+        """Webhook messages attempted in this process (harness.bench_webhooks), beside bare POSTs of
+        the same bodies to the same receiver, answering 200 at once."""
+        setup = f"{messages:,} messages, one at a time, to a receiver on 127.0.0.1"
+        figures = {
+            "webhook_posts_bare": bench.Figure(
+                "bare http.client POSTs, a connection each (reference)", "requests/s", note=setup
+            ),
+            "webhook_sends": bench.Figure(
+                "webhook sends, webhooks.services.attempt in process",
+                "sends/s",
+                reference="webhook_posts_bare",
+                note=setup,
+            ),
+        }
+        for _ in range(runs):
+            sends, bare = bench_webhooks.sends_per_second(url, messages=messages)
+            figures["webhook_posts_bare"].values.append(bare)
+            figures["webhook_sends"].values.append(sends)
+            for figure in figures.values():
+                self._progress(figure)
         return figures
 
     def _measure_message_cost(self, scratch, *, runs: int, messages: int) -> dict[str, bench.Figure]:
