@@ -17,6 +17,7 @@ from dramatiq.middleware import MiddlewareError, TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 from outbox_tests.probe import handlers as probe
 from outbox_tests.probe.models import Effect
+from outbox_tests.probe.services import send
 from outbox_tests.relaying import effects_per_message, envelopes, taken_off
 from outbox_tests.waiting import wait_until
 
@@ -92,6 +93,28 @@ def test_copies_for_one_queue_travel_in_packs_of_at_most_the_pack_size(broker, t
         assert [len(message.kwargs[PACK]) for message in messages] == [4, 2]
         assert [envelope["message_id"] for m in messages for envelope in m.kwargs[PACK]] == ids  # in row order
         assert not set(ids) & {message.message_id for message in messages}  # a pack has an id of its own
+
+
+@pytest.mark.rabbitmq
+def test_a_copy_for_a_handler_with_outside_effects_travels_alone_between_the_packs(broker, transactional_db, settings):
+    """A slow call out (a webhook's POST) in a pack would hold up every envelope after it."""
+    settings.OUTBOX_RELAY_PACK_SIZE = 4
+    envelopes(2)
+    send(n=7)  # probe_b's handler of probe.sent has outside effects
+    send(n=8, carelessly=True)  # its handler of probe.sent_carelessly does not say so
+    envelopes(2)
+
+    assert Relay(broker=broker).drain() == 6
+
+    messages = taken_off(broker, queue_name("probe_b"))
+    shapes = [
+        message.args[0]["type"] if message.args else [e["type"] for e in message.kwargs[PACK]] for message in messages
+    ]
+    assert shapes == [
+        ["probe.pinged", "probe.pinged"],
+        "probe.sent",
+        ["probe.sent_carelessly", "probe.pinged", "probe.pinged"],
+    ]
 
 
 @pytest.mark.rabbitmq

@@ -199,6 +199,14 @@ def pack_of(copies: list[dramatiq.Message]) -> dramatiq.Message:
     )
 
 
+def acts_outside(copy: dramatiq.Message) -> bool:
+    """Whether a `message_to` copy goes to a handler with `outside_effects`: it travels alone, never
+    in a pack, where a slow call out (a webhook's POST) would hold up every envelope after it."""
+    subscriber = copy.actor_name.removeprefix(actor_name(""))
+    handling = subscription(subscriber, copy.args[0].get("type", "")) if copy.args else None
+    return handling is not None and handling.outside_effects
+
+
 def is_pack(args: tuple, kwargs: dict) -> bool:
     return not args and kwargs.keys() == {PACK} and isinstance(kwargs[PACK], list)
 

@@ -14,7 +14,7 @@ import pika
 import pika.exceptions
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-from outbox.core.subscriptions import pack_of
+from outbox.core.subscriptions import acts_outside, pack_of
 from outbox.relaying.publishers import CONFIRM_TIMEOUT_SECONDS, FLUSH_EVERY, Outcome, with_enqueue_hooks
 
 logger = logging.getLogger("outbox.relaying.publishers")
@@ -102,8 +102,9 @@ class PipelinedPublisher:
         self, batch: Sequence[tuple[Hashable, list[dramatiq.Message]]]
     ) -> Iterator[tuple[tuple, dramatiq.Message]]:
         """The batch's messages, the copies bound for one queue packed `pack_size` at a time (in the batch's order,
-        so a stream's events keep theirs), each with the keys whose copies it carries. Not packed while some
-        middleware has enqueue hooks: they see each copy, as Dramatiq's enqueue would show it."""
+        so a stream's events keep theirs), each with the keys whose copies it carries; a copy for a handler with
+        outside effects alone, between the packs. Not packed while some middleware has enqueue hooks: they see
+        each copy, as Dramatiq's enqueue would show it."""
         if self.pack_size <= 1 or self._hooked:
             yield from (((key,), message) for key, messages in batch for message in messages)
             return
@@ -112,10 +113,18 @@ class PipelinedPublisher:
             for message in messages:
                 by_queue.setdefault(message.queue_name, []).append((key, message))
         for copies in by_queue.values():
-            for start in range(0, len(copies), self.pack_size):
-                chunk = copies[start : start + self.pack_size]
-                keys = tuple(key for key, _ in chunk)
-                yield keys, chunk[0][1] if len(chunk) == 1 else pack_of([message for _, message in chunk])
+            chunk: list[tuple[Hashable, dramatiq.Message]] = []
+            for key, message in copies:
+                if acts_outside(message):
+                    yield from _as_one(chunk)
+                    chunk = []
+                    yield (key,), message
+                    continue
+                chunk.append((key, message))
+                if len(chunk) == self.pack_size:
+                    yield from _as_one(chunk)
+                    chunk = []
+            yield from _as_one(chunk)
 
     def collect(self, *, wait: float = 0.0) -> Outcome:
         """Keys resolved so far, after waiting up to `wait` seconds for more confirms: those whose every copy was
@@ -309,3 +318,10 @@ class PipelinedPublisher:
             del broker.connection
             return False
         return True
+
+
+def _as_one(chunk: list[tuple[Hashable, dramatiq.Message]]) -> Iterator[tuple[tuple, dramatiq.Message]]:
+    """A chunk's copies as one broker message, with their keys: the copy itself when it is alone."""
+    if chunk:
+        keys = tuple(key for key, _ in chunk)
+        yield keys, chunk[0][1] if len(chunk) == 1 else pack_of([message for _, message in chunk])
