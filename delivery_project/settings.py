@@ -369,7 +369,8 @@ NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY = int(os.environ.get("NOTIFY_ME_MAX_REQUESTS
 # WEBHOOKS_ALLOW_PRIVATE_NETWORKS (comma-separated CIDRs; link-local never). A send gives up after
 # WEBHOOKS_TIMEOUT_SECONDS; a message is retried for WEBHOOKS_RETRY_FOR_SECONDS after it was made;
 # an endpoint with no success for WEBHOOKS_DISABLE_AFTER_SECONDS is disabled; after a secret is
-# rotated the old one still signs for WEBHOOKS_SECRET_GRACE_SECONDS.
+# rotated the old one still signs for WEBHOOKS_SECRET_GRACE_SECONDS. A failed attempt's next one
+# comes after the steps of WEBHOOKS_BACKOFF_SECONDS (comma-separated; then 2 to 4 times the last).
 WEBHOOKS_ALLOW_HTTP = _flag("WEBHOOKS_ALLOW_HTTP", DEBUG)
 WEBHOOKS_ALLOW_PRIVATE_NETWORKS = [
     network.strip() for network in os.environ.get("WEBHOOKS_ALLOW_PRIVATE_NETWORKS", "").split(",") if network.strip()
@@ -378,6 +379,11 @@ WEBHOOKS_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOKS_TIMEOUT_SECONDS", "5")
 WEBHOOKS_RETRY_FOR_SECONDS = float(os.environ.get("WEBHOOKS_RETRY_FOR_SECONDS", "259200"))
 WEBHOOKS_DISABLE_AFTER_SECONDS = float(os.environ.get("WEBHOOKS_DISABLE_AFTER_SECONDS", "259200"))
 WEBHOOKS_SECRET_GRACE_SECONDS = float(os.environ.get("WEBHOOKS_SECRET_GRACE_SECONDS", "86400"))
+WEBHOOKS_BACKOFF_SECONDS = tuple(
+    float(step)
+    for step in os.environ.get("WEBHOOKS_BACKOFF_SECONDS", "5,30,120,600,1800,3600").split(",")
+    if step.strip()
+)
 
 # Packages: the heaviest package each size class may be (kg).
 PACKAGE_MAX_WEIGHT_KG = {"Small": 2.0, "Medium": 5.0, "Large": 10.0}

@@ -114,6 +114,16 @@ def test_the_backoff_grows_and_never_passes_its_schedule():
     assert all(2 * 3600 <= s <= 4 * 3600 for s in steps[6:])
 
 
+def test_the_backoff_follows_the_schedule_a_deployment_sets(settings):
+    import random
+
+    settings.WEBHOOKS_BACKOFF_SECONDS = (1.0, 2.0, 3.0)
+    rng = random.Random(7)
+    steps = [services.backoff(n, rng=rng).total_seconds() for n in range(1, 8)]
+    assert [0.5 <= steps[0] <= 1, 1 <= steps[1] <= 2, 1.5 <= steps[2] <= 3] == [True] * 3
+    assert all(6 <= s <= 12 for s in steps[3:]), steps
+
+
 def test_an_endpoint_down_past_the_horizon_is_disabled_its_messages_held_then_sent_oldest_first_when_enabled(
     customer, fleet, receiver
 ):
