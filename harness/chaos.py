@@ -5,8 +5,9 @@ own, submits deliveries over HTTP and, at moments drawn from a seeded generator,
 a worker (SIGKILL), pauses one past the broker's heartbeat (SIGSTOP, SIGCONT) and closes every
 broker connection. `--rabbitmq-cluster 3` adds stopping and killing nodes of a cluster of its own;
 `--database-replica` puts the database on a primary with a synchronous replica and fails it over
-once. When the system is quiet it checks the ledger (`Ledger`), prints the verdict and removes
-its database and queues.
+once. Meanwhile a webhook receiver of its own (`WebhookReceiver`) is down for a while. When the
+system is quiet it checks the ledger (`Ledger`), prints the verdict and removes its database and
+queues.
 """
 
 import contextlib
