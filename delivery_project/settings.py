@@ -369,7 +369,8 @@ NOTIFY_ME_MAX_REQUESTS_PER_DELIVERY = int(os.environ.get("NOTIFY_ME_MAX_REQUESTS
 # WEBHOOKS_ALLOW_PRIVATE_NETWORKS (comma-separated CIDRs; link-local never). A send gives up after
 # WEBHOOKS_TIMEOUT_SECONDS; a message is retried for WEBHOOKS_RETRY_FOR_SECONDS after it was made;
 # an endpoint with no success for WEBHOOKS_DISABLE_AFTER_SECONDS is disabled; after a secret is
-# rotated the old one still signs for WEBHOOKS_SECRET_GRACE_SECONDS.
+# rotated the old one still signs for WEBHOOKS_SECRET_GRACE_SECONDS. A failed attempt's next one
+# comes after the steps of WEBHOOKS_BACKOFF_SECONDS (comma-separated; then 2 to 4 times the last).
 WEBHOOKS_ALLOW_HTTP = _flag("WEBHOOKS_ALLOW_HTTP", DEBUG)
 WEBHOOKS_ALLOW_PRIVATE_NETWORKS = [
     network.strip() for network in os.environ.get("WEBHOOKS_ALLOW_PRIVATE_NETWORKS", "").split(",") if network.strip()
@@ -380,7 +381,9 @@ WEBHOOKS_DISABLE_AFTER_SECONDS = float(os.environ.get("WEBHOOKS_DISABLE_AFTER_SE
 WEBHOOKS_SECRET_GRACE_SECONDS = float(os.environ.get("WEBHOOKS_SECRET_GRACE_SECONDS", "86400"))
 # The n-th failed attempt's next one comes after at most the n-th of these seconds (and at least half).
 WEBHOOKS_BACKOFF_SECONDS = tuple(
-    float(step) for step in os.environ.get("WEBHOOKS_BACKOFF_SECONDS", "5,30,120,600,1800,3600").split(",")
+    float(step)
+    for step in os.environ.get("WEBHOOKS_BACKOFF_SECONDS", "5,30,120,600,1800,3600").split(",")
+    if step.strip()
 )
 # At most WEBHOOKS_CONCURRENCY of the webhooks subscriber's messages (its sends among them) are
 # handled at once across every worker, so that receivers slow to answer hold at most that many of

@@ -5,11 +5,13 @@ own, submits deliveries over HTTP and, at moments drawn from a seeded generator,
 a worker (SIGKILL), pauses one past the broker's heartbeat (SIGSTOP, SIGCONT) and closes every
 broker connection. `--rabbitmq-cluster 3` adds stopping and killing nodes of a cluster of its own;
 `--database-replica` puts the database on a primary with a synchronous replica and fails it over
-once. When the system is quiet it checks the ledger (`Ledger`), prints the verdict and removes
-its database and queues.
+once. Meanwhile a webhook receiver of its own (`WebhookReceiver`) is down for a while. When the
+system is quiet it checks the ledger (`Ledger`), prints the verdict and removes its database and
+queues.
 """
 
 import contextlib
+import json
 import os
 import random
 import secrets
@@ -21,12 +23,14 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from deliveries.models import Delivery
 from drones.models import Drone
@@ -35,6 +39,7 @@ from notifications.models import Notification
 from outbox.core.working_database import kernel_databases
 from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.placement import database_of
+from webhooks.models import Attempt, Message
 
 KINDS = ("kill_relay", "kill_worker", "pause_relay", "pause_worker", "close_broker_connections")
 CLUSTER_KINDS = ("stop_broker_node", "kill_broker_node")  # only on a cluster of the rig's own
@@ -43,6 +48,9 @@ FAILOVER_OUTAGE_SECONDS = 3.0  # no primary at all for this long (at most the pa
 TERMINAL = {"delivered", "failed", "cancelled"}
 # The notification each terminal status sends; its presence is the side effect checked.
 NOTIFIED = {"delivered": "completed", "failed": "failed", "cancelled": "cancelled"}
+# What the rig's webhook endpoint asks for: a few statuses, so that the run's extra load stays small.
+WEBHOOK_EVENT_TYPES = ["delivery.in_transit", "delivery.delivered", "delivery.failed", "delivery.cancelled"]
+WEBHOOK_BACKOFF_SECONDS = "1,2,3"  # then every 6 to 12 s: retries land within the rig's settle time
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,10 @@ def chaos_env(*, run_env: dict[str, str], speedup: float, broker_urls: list[str]
         # A message the broker lost is re-sent a minute after it was sent, not 15.
         "OUTBOX_SWEEP_GRACE_SECONDS": "60",
         "OUTBOX_SWEEP_INTERVAL_SECONDS": "10",
+        # Webhooks to the rig's own receiver, on loopback over plain HTTP, retried within seconds.
+        "WEBHOOKS_ALLOW_HTTP": "1",
+        "WEBHOOKS_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8",
+        "WEBHOOKS_BACKOFF_SECONDS": WEBHOOK_BACKOFF_SECONDS,
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -243,6 +255,93 @@ def fail_over_database(pair, seconds: float, stop: threading.Event) -> str:
     return f"(primary stopped in {stopped:.2f} s, {seconds:.1f} s without one, promoted in {promoted:.2f} s)"
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """A webhook's first arrival: `order` numbers first arrivals as they came."""
+
+    order: int
+    path: str
+    body: str
+
+
+class WebhookReceiver:
+    """A customer's receiver, on 127.0.0.1 in the rig's process: it verifies each POST's Standard
+    Webhooks signature with its path's secret, keeps each `webhook-id`'s first arrival and drops
+    (counts) the copies. Between `down` (monotonic times) it is down: it answers 503, and closes
+    every third connection without answering."""
+
+    def __init__(self):
+        self.secrets: dict[str, str] = {}  # path -> the endpoint's secret
+        self.arrivals: dict[str, Arrival] = {}  # webhook-id -> its first arrival
+        self.bad_signatures: list[str] = []
+        self.duplicates = self.refused = self.cut_off = 0
+        self.down = (0.0, 0.0)
+        self.lock = threading.Lock()
+        self.server: ThreadingHTTPServer | None = None
+
+    def start(self) -> str:
+        """Serve on a free port; its base URL."""
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                status = receiver.accept(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                if status is None:
+                    self.close_connection = True  # no answer at all
+                    return
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def accept(self, path: str, headers: dict[str, str], body: str, *, now: float | None = None) -> int | None:
+        """The answer to one POST: None to close the connection without one."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            if self.down[0] <= now < self.down[1]:
+                if (self.refused + self.cut_off) % 3 == 2:
+                    self.cut_off += 1
+                    return None
+                self.refused += 1
+                return 503
+            webhook_id = headers.get("webhook-id", "")
+            try:
+                Webhook(self.secrets.get(path, "whsec_" + "A" * 32)).verify(body, headers)
+            except WebhookVerificationError as error:
+                self.bad_signatures.append(f"{webhook_id or '(no webhook-id)'} to {path}: {error}")
+                return 400
+            if webhook_id in self.arrivals:
+                self.duplicates += 1
+            else:
+                self.arrivals[webhook_id] = Arrival(order=len(self.arrivals), path=path, body=body)
+            return 204
+
+
+@dataclass
+class WebhookWatch:
+    """The rig's webhook endpoints and its receiver: `endpoint_id` is sent to at `path`; `silent`
+    (endpoint id -> path) were disabled or deleted before the run, and must be sent nothing."""
+
+    receiver: WebhookReceiver
+    endpoint_id: str
+    path: str
+    event_types: list[str]
+    silent: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class Ledger:
     """What the run must add up to once quiet.
@@ -252,10 +351,13 @@ class Ledger:
       by the inbox's unique key) and each terminal delivery sent its one notification;
     - no drone was ever reserved for two deliveries at once, nor a delivery given two drones,
       as told by the drones' own events in commit order, and no drone is left held;
-    - the outbox is drained (timers for later excepted) and no message is dead-lettered.
+    - the outbox is drained (timers for later excepted) and no message is dead-lettered;
+    - with `webhooks`, every status change of a type the endpoint asked for is one webhook message,
+      which arrived, signed, with its body, in the order of the changes; nothing else arrived.
     """
 
     accepted: list[str]
+    webhooks: WebhookWatch | None = None
     # The moment the run was found quiet: timers that fall due later (a join timeout 5 minutes
     # after each request) are not the run's to have finished.
     as_of: datetime | None = None
@@ -276,6 +378,10 @@ class Ledger:
         missing = self._unprocessed()
         if missing:
             reasons.append(f"{len(missing)} messages not processed by a recipient")
+        if self.webhooks is not None:
+            pending = Message.objects.filter(status=Message.Status.PENDING).count()
+            if pending:
+                reasons.append(f"{pending} webhook messages pending")
         return reasons
 
     def _due(self) -> int:
@@ -335,6 +441,8 @@ class Ledger:
             if kind and (delivery.id, kind) not in notified:
                 self.violations.append(f"delivery {delivery.id} is {delivery.status} but no {kind} notification")
         self._check_drones(deliveries)
+        if self.webhooks is not None:
+            self._check_webhooks(self.webhooks)
         for letter in [letter for q in rows(DeadLetter) for letter in q[:20]][:20]:
             self.violations.append(f"dead letter: {letter.type} to {letter.subscriber}, {letter.reason}")
         statuses = Counter(d.status for d in deliveries.values())
@@ -350,6 +458,74 @@ class Ledger:
         )
         if len(kernel_databases()) > 1:
             self.figures["databases"] = kernel_databases()
+
+    def _check_webhooks(self, watch: WebhookWatch) -> None:
+        """Each status change the endpoint asked for (the deliveries' own `delivery.status_changed`,
+        in commit order) against the endpoint's messages, and each message against what arrived."""
+        accepted = set(self.accepted)
+        changes: dict[str, list[tuple]] = defaultdict(list)  # delivery -> its changes' keys, in order
+        events = OutboxMessage.objects.using(database_of("deliveries")).filter(type="delivery.status_changed")
+        for payload in events.order_by("id").values_list("payload", flat=True):
+            event_type = f"delivery.{payload['status']}"
+            if payload["delivery_id"] in accepted and event_type in watch.event_types:
+                changes[payload["delivery_id"]].append(
+                    (payload["delivery_id"], event_type, datetime.fromisoformat(payload["changed_at"]))
+                )
+        messages: dict[tuple, list[Message]] = defaultdict(list)
+        mine = Message.objects.filter(endpoint_id=watch.endpoint_id).order_by("created_at", "pk")
+        for message in mine:
+            body = json.loads(message.body)
+            key = (str(message.delivery_id), message.event_type, datetime.fromisoformat(body["timestamp"]))
+            messages[key].append(message)
+        arrivals = watch.receiver.arrivals
+        for delivery_id, keys in changes.items():
+            order = []
+            for key in keys:
+                found = messages.pop(key, [])
+                if not found:
+                    self.violations.append(f"delivery {delivery_id}'s {key[1]} became no webhook message")
+                elif len(found) > 1:
+                    ids = ", ".join(m.pk for m in found)
+                    self.violations.append(f"delivery {delivery_id}'s {key[1]} became {len(found)} messages: {ids}")
+                for message in found:
+                    arrival = arrivals.get(message.pk)
+                    if arrival is None:
+                        self.violations.append(f"webhook {message.pk} ({key[1]} of {delivery_id}) never arrived")
+                    elif arrival.path != watch.path or arrival.body != message.body:
+                        self.violations.append(f"webhook {message.pk} arrived at {arrival.path} with another body")
+                    else:
+                        order.append((arrival.order, message.pk))
+            if order != sorted(order):
+                ids = ", ".join(f"{i} (arrival {n})" for n, i in order)
+                self.violations.append(f"webhooks about {delivery_id} arrived out of order: {ids}")
+        for found in messages.values():
+            for message in found:
+                self.violations.append(f"webhook message {message.pk} ({message.event_type}) for no status change")
+        known = set(mine.values_list("pk", flat=True))
+        for webhook_id, arrival in arrivals.items():
+            if arrival.path in watch.silent.values():
+                self.violations.append(
+                    f"webhook {webhook_id} arrived for an endpoint disabled or deleted ({arrival.path})"
+                )
+            elif webhook_id not in known:
+                self.violations.append(f"webhook {webhook_id} arrived at {arrival.path} but no message has that id")
+        for problem in watch.receiver.bad_signatures[:20]:
+            self.violations.append(f"webhook with a bad signature: {problem}")
+        attempts = Attempt.objects.filter(message__endpoint_id=watch.endpoint_id)
+        self.figures.update(
+            webhook_messages=len(known),
+            webhooks_received=sum(1 for a in arrivals.values() if a.path == watch.path),
+            webhook_attempts=attempts.count(),
+            webhooks_retried=mine.filter(attempts__gt=1).count(),
+            webhook_duplicates_dropped_by_receiver=watch.receiver.duplicates,
+            webhook_posts_refused_while_down=watch.receiver.refused,
+            webhook_connections_cut_while_down=watch.receiver.cut_off,
+            webhooks_held_for_the_disabled_endpoint=Message.objects.filter(
+                endpoint_id__in=list(watch.silent), status=Message.Status.HELD
+            ).count(),
+        )
+        if Attempt.objects.filter(message__endpoint_id__in=list(watch.silent)).exists():
+            self.violations.append("a disabled or deleted endpoint was sent to")
 
     def _check_drones(self, deliveries: dict[str, Delivery]) -> None:
         """Walk the drones' reservations in commit order: a drone's events are all written under

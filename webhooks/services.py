@@ -37,9 +37,6 @@ STATUSES = (
 EVENT_TYPES = tuple(f"delivery.{status}" for status in STATUSES)
 PING = "webhook.ping"
 
-# After the last step of WEBHOOKS_BACKOFF_SECONDS, every 2 to 4 hours.
-LATER_BACKOFF_SECONDS = (2 * 3600, 4 * 3600)
-
 OWED = (Message.Status.PENDING, Message.Status.HELD)
 
 
@@ -314,13 +311,14 @@ def _failed(message: Message, *, now: datetime) -> None:
 
 
 def backoff(attempts: int, *, rng: random.Random | None = None) -> timedelta:
-    """How long after the `attempts`-th failed attempt the next one is made: the schedule's step,
-    jittered down by up to half, so that an endpoint's messages do not all come back at once."""
+    """How long after the `attempts`-th failed attempt the next one is made: the schedule's step
+    (WEBHOOKS_BACKOFF_SECONDS), jittered down by up to half, so that an endpoint's messages do not
+    all come back at once; past its end, two to four times its last step."""
     schedule = settings.WEBHOOKS_BACKOFF_SECONDS
     if attempts <= len(schedule):
         most = schedule[max(attempts, 1) - 1]
         return timedelta(seconds=(rng or random).uniform(most / 2, most))
-    return timedelta(seconds=(rng or random).uniform(*LATER_BACKOFF_SECONDS))
+    return timedelta(seconds=(rng or random).uniform(2 * schedule[-1], 4 * schedule[-1]))
 
 
 def _duration(seconds: float) -> str:

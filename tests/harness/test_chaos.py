@@ -35,6 +35,13 @@ def chaos(env: dict, deliveries: int, duration: int) -> str:
     injected = output.split("faults injected")[1].split("quiet after")[0]
     for kind in KINDS:
         assert len(re.findall(rf"\b{kind}\b", injected)) == 2, f"{kind} was not injected twice:\n{output}"
+    # The webhooks' ledger ran: every message arrived, some after the receiver's outage, none to the
+    # disabled endpoint, which was owed some (held).
+    webhooks = {name: int(n) for name, n in re.findall(r"^  (webhook\w*): (\d+)$", output, re.MULTILINE)}
+    assert webhooks["webhook_messages"] > 0 and webhooks["webhooks_received"] == webhooks["webhook_messages"], output
+    assert webhooks["webhook_posts_refused_while_down"] > 0 and webhooks["webhook_connections_cut_while_down"] > 0
+    assert webhooks["webhooks_retried"] > 0 and webhooks["webhooks_held_for_the_disabled_endpoint"] > 0, output
+    assert "webhook_duplicates_dropped_by_receiver" in webhooks, output
     return output
 
 

@@ -1,14 +1,18 @@
 """The chaos rig's ledger finds each kind of violation it promises to find (and none in a clean run)."""
 
+import json
+import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
 from outbox_tests.letters import a_dead_letter
 
-from harness.chaos import Ledger, plan_faults
+from harness.chaos import Ledger, WebhookReceiver, WebhookWatch, plan_faults
 from outbox.models import InboxMessage, OutboxMessage
+from webhooks.models import Endpoint, Message
+from webhooks.sending import signature_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -140,3 +144,147 @@ def test_with_a_replica_the_plan_fails_the_database_over_once_and_nothing_else()
     assert [f for f in plan if f.kind != "failover_database"] == plain  # the seed's other faults stay as they were
     assert not [f for f in plain if f.kind == "failover_database"]  # on the configured database, never
     assert not plan_faults(random.Random(7), duration=60, per_kind=0, broker_is_rabbitmq=True, database_replica=True)
+
+
+# The webhooks' part: status changes, the endpoint's messages, and what the receiver got.
+
+
+def a_status_change(delivery_id: str, status: str) -> tuple[str, datetime]:
+    changed_at = timezone.now()
+    payload = {"delivery_id": delivery_id, "status": status, "changed_at": changed_at.isoformat()}
+    an_event("delivery.status_changed", payload=payload, recipients=())
+    return f"delivery.{status}", changed_at
+
+
+def a_message(endpoint: Endpoint, delivery_id: str, change: tuple[str, datetime]) -> Message:
+    body = json.dumps({"type": change[0], "timestamp": change[1].isoformat(), "data": {"deliveryId": delivery_id}})
+    return Message.objects.create(
+        endpoint=endpoint, delivery_id=delivery_id, event_type=change[0], body=body, status="delivered", attempts=1
+    )
+
+
+def arrives(watch: WebhookWatch, message: Message, path: str = "/hooks", secret: str | None = None) -> int | None:
+    headers = signature_headers(
+        secrets=[secret or watch.receiver.secrets[path]],
+        webhook_id=message.pk,
+        timestamp=timezone.now(),
+        body=message.body,
+    )
+    return watch.receiver.accept(path, headers, message.body)
+
+
+@pytest.fixture
+def watch() -> WebhookWatch:
+    live, disabled = (Endpoint.objects.create(customer_id=uuid.uuid4(), url=f"http://127.0.0.1/{p}") for p in "ab")
+    receiver = WebhookReceiver()
+    receiver.secrets = {"/hooks": live.secret, "/disabled": disabled.secret}
+    return WebhookWatch(
+        receiver=receiver,
+        endpoint_id=str(live.pk),
+        path="/hooks",
+        event_types=["delivery.in_transit", "delivery.delivered"],
+        silent={str(disabled.pk): "/disabled"},
+    )
+
+
+def webhook_violations(watch: WebhookWatch, delivery_id: str) -> list[str]:
+    ledger = Ledger(accepted=[delivery_id], webhooks=watch)
+    ledger.check()
+    return [v for v in ledger.violations if v != f"202 for {delivery_id} but no delivery"]
+
+
+def test_every_status_change_asked_for_arrived_once_in_order_signed_is_clean_and_copies_are_dropped(watch):
+    delivery_id = str(uuid.uuid4())
+    a_status_change(delivery_id, "scheduled")  # not asked for: no message owed
+    endpoint = Endpoint.objects.get(pk=watch.endpoint_id)
+    first, second = (
+        a_message(endpoint, delivery_id, a_status_change(delivery_id, s)) for s in ("in_transit", "delivered")
+    )
+    watch.receiver.down = (0.0, time.monotonic() + 60)
+    assert [watch.receiver.accept("/hooks", {}, "{}") for _ in range(3)] == [503, 503, None]  # down
+    watch.receiver.down = (0.0, 0.0)
+
+    assert [arrives(watch, first), arrives(watch, first), arrives(watch, second)] == [204, 204, 204]
+
+    assert Ledger(accepted=[], webhooks=watch).unsettled() == []
+    assert webhook_violations(watch, delivery_id) == []
+    ledger = Ledger(accepted=[delivery_id], webhooks=watch)
+    ledger.check()
+    assert ledger.figures["webhooks_received"] == 2 and ledger.figures["webhook_duplicates_dropped_by_receiver"] == 1
+    assert ledger.figures["webhook_posts_refused_while_down"] == 2
+    assert ledger.figures["webhook_connections_cut_while_down"] == 1
+
+
+def test_a_webhook_that_never_arrived_is_a_violation_and_a_pending_one_is_waited_for(watch):
+    delivery_id = str(uuid.uuid4())
+    message = a_message(
+        Endpoint.objects.get(pk=watch.endpoint_id), delivery_id, a_status_change(delivery_id, "in_transit")
+    )
+    Message.objects.filter(pk=message.pk).update(status="pending")
+
+    assert Ledger(accepted=[], webhooks=watch).unsettled() == ["1 webhook messages pending"]
+    assert webhook_violations(watch, delivery_id) == [
+        f"webhook {message.pk} (delivery.in_transit of {delivery_id}) never arrived"
+    ]
+
+
+def test_a_status_change_with_no_message_or_two_is_a_violation(watch):
+    delivery_id = str(uuid.uuid4())
+    endpoint = Endpoint.objects.get(pk=watch.endpoint_id)
+    a_status_change(delivery_id, "in_transit")
+    delivered = a_status_change(delivery_id, "delivered")
+    twins = [a_message(endpoint, delivery_id, delivered) for _ in range(2)]
+    for message in twins:
+        arrives(watch, message)
+
+    assert webhook_violations(watch, delivery_id) == [
+        f"delivery {delivery_id}'s delivery.in_transit became no webhook message",
+        f"delivery {delivery_id}'s delivery.delivered became 2 messages: {twins[0].pk}, {twins[1].pk}",
+    ]
+
+
+def test_a_webhook_with_another_body_or_a_bad_signature_is_a_violation(watch):
+    delivery_id = str(uuid.uuid4())
+    endpoint = Endpoint.objects.get(pk=watch.endpoint_id)
+    first, second = (
+        a_message(endpoint, delivery_id, a_status_change(delivery_id, s)) for s in ("in_transit", "delivered")
+    )
+    arrives(watch, first)
+    arrives(watch, second)
+    forged = Endpoint.objects.create(customer_id=uuid.uuid4(), url="http://127.0.0.1/c").secret
+    assert arrives(watch, first, secret=forged) == 400
+    Message.objects.filter(pk=second.pk).update(body=second.body.replace("deliveryId", "deliveryID"))
+
+    violations = webhook_violations(watch, delivery_id)
+
+    assert violations[0] == f"webhook {second.pk} arrived at /hooks with another body"
+    assert violations[1].startswith(f"webhook with a bad signature: {first.pk} to /hooks"), violations
+    assert len(violations) == 2, violations
+
+
+def test_webhooks_arriving_out_of_order_are_a_violation(watch):
+    delivery_id = str(uuid.uuid4())
+    endpoint = Endpoint.objects.get(pk=watch.endpoint_id)
+    first, second = (
+        a_message(endpoint, delivery_id, a_status_change(delivery_id, s)) for s in ("in_transit", "delivered")
+    )
+    arrives(watch, second)
+    arrives(watch, first)
+
+    assert webhook_violations(watch, delivery_id) == [
+        f"webhooks about {delivery_id} arrived out of order: {first.pk} (arrival 1), {second.pk} (arrival 0)"
+    ]
+
+
+def test_a_webhook_for_a_disabled_endpoint_or_with_an_id_no_message_has_is_a_violation(watch):
+    delivery_id = str(uuid.uuid4())
+    disabled = Endpoint.objects.get(pk=next(iter(watch.silent)))
+    held = a_message(disabled, delivery_id, ("delivery.in_transit", timezone.now()))
+    arrives(watch, held, path="/disabled")
+    stray = Message(pk="msg_stray", body="{}")
+    arrives(watch, stray)
+
+    assert webhook_violations(watch, delivery_id) == [
+        f"webhook {held.pk} arrived for an endpoint disabled or deleted (/disabled)",
+        "webhook msg_stray arrived at /hooks but no message has that id",
+    ]

@@ -7,6 +7,7 @@ import json
 from datetime import timedelta
 from uuid import UUID
 
+import pytest
 from django.db.models import F
 from django.utils import timezone
 
@@ -114,12 +115,14 @@ def test_the_backoff_grows_and_never_passes_its_schedule():
     assert all(2 * 3600 <= s <= 4 * 3600 for s in steps[6:])
 
 
-def test_the_backoff_schedule_is_the_deployments(settings):
-    settings.WEBHOOKS_BACKOFF_SECONDS = (1.0, 2.0)
+def test_the_backoff_follows_the_schedule_a_deployment_sets(settings):
+    import random
 
-    assert 0.5 <= services.backoff(1).total_seconds() <= 1
-    assert 1 <= services.backoff(2).total_seconds() <= 2
-    assert services.backoff(3).total_seconds() >= 2 * 3600
+    settings.WEBHOOKS_BACKOFF_SECONDS = (1.0, 2.0, 3.0)
+    rng = random.Random(7)
+    steps = [services.backoff(n, rng=rng).total_seconds() for n in range(1, 8)]
+    assert [0.5 <= steps[0] <= 1, 1 <= steps[1] <= 2, 1.5 <= steps[2] <= 3] == [True] * 3
+    assert all(6 <= s <= 12 for s in steps[3:]), steps
 
 
 def test_an_endpoint_down_past_the_horizon_is_disabled_its_messages_held_then_sent_oldest_first_when_enabled(
@@ -230,3 +233,21 @@ def test_the_plain_hmac_verification_in_docs_api_accepts_a_message_and_refuses_a
     [ping] = receiver.received
     assert namespace["verify"](endpoint["secret"], ping["body"].encode(), ping["headers"])
     assert not namespace["verify"](endpoint["secret"], ping["body"].encode() + b" ", ping["headers"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="on_status_changed is ordered=True: a status change handled after a later one of its delivery is "
+    "dropped as stale, and its webhook never made (the chaos rig's ledger found it under faults)",
+)
+def test_a_status_change_handled_after_a_later_one_is_still_sent(customer, fleet, receiver):
+    registered(customer, receiver.url)
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("delivery.status_changed",))
+    changes = pending("delivery.status_changed", correlation_id=delivery_id)
+    assert len(changes) >= 4
+    for change in reversed(changes):  # two workers take a delivery's events in either order
+        hand_over(change, to="webhooks")
+
+    made = sorted(Message.objects.values_list("event_type", flat=True))
+    assert made == sorted(f"delivery.{change.payload['status']}" for change in changes)

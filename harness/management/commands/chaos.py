@@ -23,10 +23,13 @@ from harness.chaos import (
     CLUSTER_KINDS,
     FAILOVER,
     FAILOVER_OUTAGE_SECONDS,
+    WEBHOOK_EVENT_TYPES,
     Fault,
     Ledger,
     Recipient,
     System,
+    WebhookReceiver,
+    WebhookWatch,
     break_broker_node,
     chaos_env,
     close_every_broker_connection,
@@ -37,6 +40,8 @@ from harness.postgres_servers import PostgresPrimaryWithReplica
 from harness.rabbitmq_cluster import RabbitmqCluster
 from harness.scratch import scratch_run
 from harness.simulation import Api, random_request, stamped
+from webhooks import services as webhooks
+from webhooks.models import Endpoint
 
 BASE = (47.6205, -122.3493)
 
@@ -127,13 +132,16 @@ class Command(BaseCommand):
             if self.pair is not None:
                 env.pop("OUTBOX_LISTEN_DATABASE_URL", None)  # the configured server's: the relays LISTEN on the pair
             system = System(env=env, addr=f"127.0.0.1:{options['port']}", logs=logs, threads=options["threads"])
+            self.receiver = WebhookReceiver()
             try:
+                self.receiver_url = self.receiver.start()
                 system.start_all()
                 api = Api(token=token, url=f"http://127.0.0.1:{options['port']}")
                 self._wait_for_web(api, stop)
                 violations = self._run(api, system, stop=stop, **{**options, "seed": seed})
             finally:
                 system.stop_all()
+                self.receiver.stop()
                 if self.cluster is not None:
                     self.cluster.stop()
                 if not options["keep"]:
@@ -154,7 +162,15 @@ class Command(BaseCommand):
             random_request(rng, latitude=BASE[0], longitude=BASE[1], radius_km=3, confirmation_share=0.25)
             for _ in range(options["deliveries"])
         ]
+        # The receiver is down for a while from the seed: from 15-30 % of the submission, for 20-30 % of it.
+        down_from, down_for = (
+            rng.uniform(0.15, 0.3) * options["duration"],
+            rng.uniform(0.2, 0.3) * options["duration"],
+        )
+        watch = self._register_webhooks(api)
         started = time.monotonic()
+        self.receiver.down = (started + down_from, started + down_from + down_for)
+        self.stdout.write(f"webhook receiver down from t+{down_from:.1f}s to t+{down_from + down_for:.1f}s")
         injected: list[str] = []
         injector = threading.Thread(
             target=self._inject, args=(faults, system, started, stop, options["pause_seconds"], injected), daemon=True
@@ -166,7 +182,7 @@ class Command(BaseCommand):
         injector.join()
         self.stdout.write(f"submitted: {len(accepted)} accepted (202) in {time.monotonic() - started:.1f} s")
 
-        ledger = Ledger(accepted=accepted)
+        ledger = Ledger(accepted=accepted, webhooks=watch)
         deadline = time.monotonic() + options["settle_timeout"]
         last = ""
         while not stop.is_set() and time.monotonic() < deadline:
@@ -254,6 +270,33 @@ class Command(BaseCommand):
             for thread in threads[batch : batch + 16]:
                 thread.join()
         return accepted
+
+    def _register_webhooks(self, api: Api) -> WebhookWatch:
+        """Through the API, for the customer the rig submits as: the endpoint the ledger follows, one
+        disabled (by the webhooks context's own service, as when it keeps failing) and one deleted;
+        each on a path of its own on the rig's receiver, its secret given to it."""
+
+        def register(path: str) -> str:
+            body = {"url": self.receiver_url + path, "eventTypes": WEBHOOK_EVENT_TYPES, "description": "chaos"}
+            status, answer = api.call("POST", "/webhookendpoints", body)
+            if status != 201:
+                raise CommandError(f"registering a webhook endpoint answered {status}: {answer}")
+            self.receiver.secrets[path] = answer["secret"]
+            return answer["id"]
+
+        live, disabled, deleted = register("/hooks"), register("/disabled"), register("/deleted")
+        webhooks.disable(endpoint=Endpoint.objects.get(pk=disabled), reason="chaos: disabled before the run")
+        if api.call("GET", f"/webhookendpoints/{disabled}")[1].get("enabled") is not False:
+            raise CommandError(f"webhook endpoint {disabled} was not disabled")
+        if (status := api.call("DELETE", f"/webhookendpoints/{deleted}")[0]) != 204:
+            raise CommandError(f"deleting a webhook endpoint answered {status}")
+        return WebhookWatch(
+            receiver=self.receiver,
+            endpoint_id=live,
+            path="/hooks",
+            event_types=WEBHOOK_EVENT_TYPES,
+            silent={disabled: "/disabled", deleted: "/deleted"},
+        )
 
     def _wait_for_web(self, api: Api, stop) -> None:
         deadline = time.monotonic() + 60
