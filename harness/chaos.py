@@ -478,6 +478,7 @@ class Ledger:
             key = (str(message.delivery_id), message.event_type, datetime.fromisoformat(body["timestamp"]))
             messages[key].append(message)
         arrivals = watch.receiver.arrivals
+        out_of_order = 0
         for delivery_id, keys in changes.items():
             order = []
             for key in keys:
@@ -495,9 +496,10 @@ class Ledger:
                         self.violations.append(f"webhook {message.pk} arrived at {arrival.path} with another body")
                     else:
                         order.append((arrival.order, message.pk))
-            if order != sorted(order):
-                ids = ", ".join(f"{i} (arrival {n})" for n, i in order)
-                self.violations.append(f"webhooks about {delivery_id} arrived out of order: {ids}")
+            # Counted, not a violation: a change heard only after its successor was sent (its worker
+            # killed while handling it, say) arrives late; its body's timestamp says when it happened.
+            out_of_order += order != sorted(order)
+        self.figures["webhook_deliveries_out_of_order"] = out_of_order
         for found in messages.values():
             for message in found:
                 self.violations.append(f"webhook message {message.pk} ({message.event_type}) for no status change")

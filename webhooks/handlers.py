@@ -26,7 +26,9 @@ class StatusChanged(Reader):
     delivery_eta: datetime | None = None
 
 
-@subscribe("webhooks", "delivery.status_changed", reader=StatusChanged, ordered=True)
+# Not `ordered`: that drops a change heard after a later one as stale, and every change is owed a
+# message; the messages keep the changes' order by their number on the stream (services.attempt).
+@subscribe("webhooks", "delivery.status_changed", reader=StatusChanged)
 def on_status_changed(message: Received[StatusChanged]) -> None:
     change = message.payload
     services.enqueue_status_change(
@@ -38,6 +40,7 @@ def on_status_changed(message: Received[StatusChanged]) -> None:
         last_known_location=change.last_known_location.model_dump() if change.last_known_location else None,
         pickup_eta=change.pickup_eta,
         delivery_eta=change.delivery_eta,
+        sequence=message.envelope.sequence,
     )
 
 

@@ -55,6 +55,9 @@ class Message(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_webhook_id, editable=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="messages")
     delivery_id = models.UUIDField(null=True, blank=True)  # none for a ping
+    # The status change's number on its delivery's stream: messages about one delivery go in this
+    # order, whichever order the workers happened to hear the changes in.
+    sequence = models.PositiveBigIntegerField(null=True, blank=True)
     event_type = models.CharField(max_length=60)
     body = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)

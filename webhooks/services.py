@@ -143,6 +143,7 @@ def enqueue_status_change(
     last_known_location: dict | None = None,
     pickup_eta: datetime | None = None,
     delivery_eta: datetime | None = None,
+    sequence: int | None = None,
 ) -> list[Message]:
     """One message per endpoint of the customer's that wants `delivery.<status>`, each announced
     by a `webhook.due` in the same transaction; to a disabled endpoint, held and not announced."""
@@ -166,7 +167,12 @@ def enqueue_status_change(
         for endpoint in endpoints:
             status_now = Message.Status.PENDING if endpoint.enabled else Message.Status.HELD
             message = Message.objects.create(
-                endpoint=endpoint, delivery_id=delivery_id, event_type=event_type, body=body, status=status_now
+                endpoint=endpoint,
+                delivery_id=delivery_id,
+                event_type=event_type,
+                body=body,
+                status=status_now,
+                sequence=sequence,
             )
             if endpoint.enabled:
                 _announce(message)
@@ -255,9 +261,14 @@ def _send(message: Message, *, now: datetime) -> "sending.Outcome":
 def _an_older_one_is_owed(message: Message) -> bool:
     if message.delivery_id is None:  # a ping waits for nothing
         return False
+    older = (
+        Q(sequence__lt=message.sequence)
+        if message.sequence is not None
+        else Q(created_at__lt=message.created_at) | Q(created_at=message.created_at, pk__lt=message.pk)
+    )
     return (
         Message.objects.filter(endpoint_id=message.endpoint_id, delivery_id=message.delivery_id, status__in=OWED)
-        .filter(Q(created_at__lt=message.created_at) | Q(created_at=message.created_at, pk__lt=message.pk))
+        .filter(older)
         .exists()
     )
 
@@ -271,7 +282,7 @@ def _next_in_line(message: Message) -> Message | None:
             endpoint_id=message.endpoint_id, delivery_id=message.delivery_id, status=Message.Status.PENDING
         )
         .exclude(pk=message.pk)
-        .order_by("created_at", "pk")
+        .order_by("sequence", "created_at", "pk")
         .first()
     )
 
@@ -356,7 +367,7 @@ def enable(*, endpoint: Endpoint) -> Endpoint:
         endpoint = Endpoint.objects.select_for_update().get(pk=endpoint.pk)
         endpoint.disabled_at, endpoint.disabled_reason, endpoint.failing_since = None, "", None
         endpoint.save(update_fields=["disabled_at", "disabled_reason", "failing_since"])
-        held = list(endpoint.messages.filter(status=Message.Status.HELD).order_by("created_at", "pk"))
+        held = list(endpoint.messages.filter(status=Message.Status.HELD).order_by("sequence", "created_at", "pk"))
         endpoint.messages.filter(pk__in=[m.pk for m in held]).update(status=Message.Status.PENDING)
         heads, seen = [], set()
         for message in held:

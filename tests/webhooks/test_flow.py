@@ -7,7 +7,6 @@ import json
 from datetime import timedelta
 from uuid import UUID
 
-import pytest
 from django.db.models import F
 from django.utils import timezone
 
@@ -235,11 +234,6 @@ def test_the_plain_hmac_verification_in_docs_api_accepts_a_message_and_refuses_a
     assert not namespace["verify"](endpoint["secret"], ping["body"].encode() + b" ", ping["headers"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on_status_changed is ordered=True: a status change handled after a later one of its delivery is "
-    "dropped as stale, and its webhook never made (the chaos rig's ledger found it under faults)",
-)
 def test_a_status_change_handled_after_a_later_one_is_still_sent(customer, fleet, receiver):
     registered(customer, receiver.url)
     delivery_id = requested(customer)
