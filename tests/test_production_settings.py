@@ -76,7 +76,7 @@ def test_trying_production_mode_locally_sends_mail_to_the_console_unless_an_smtp
     assert email_backend(**real) == "django.core.mail.backends.smtp.EmailBackend"
 
 
-def test_the_webhooks_get_a_concurrency_limit_where_a_redis_counts_it_and_rabbitmq_alone_still_starts():
+def test_the_webhooks_get_a_concurrency_limit_only_when_the_deployment_sets_one():
     def limits(**env: str) -> str:
         said = "from django.conf import settings; print(settings.OUTBOX_SUBSCRIBER_LIMITS)"
         run = manage("shell", "-c", said, **{"OUTBOX_LIMITS_REDIS_URL": "", "WEBHOOKS_CONCURRENCY": "", **env})
@@ -84,10 +84,10 @@ def test_the_webhooks_get_a_concurrency_limit_where_a_redis_counts_it_and_rabbit
         return run.stdout.strip().splitlines()[-1]
 
     rabbitmq = "amqp://guest:guest@127.0.0.1:5672/%2F"
-    assert limits(BROKER_URL="") == "{'webhooks': {'concurrency': 2}}"  # the embedded Redis
-    assert limits(BROKER_URL=rabbitmq, OUTBOX_LIMITS_REDIS_URL="redis://127.0.0.1:6379/0") == (
-        "{'webhooks': {'concurrency': 2}}"
-    )
-    assert limits(BROKER_URL=rabbitmq) == "{}"  # nowhere to count: no limit, rather than a refusal to start
+    assert limits(BROKER_URL="") == "{}"
+    assert limits(
+        BROKER_URL=rabbitmq, OUTBOX_LIMITS_REDIS_URL="redis://127.0.0.1:6379/0", WEBHOOKS_CONCURRENCY="2"
+    ) == ("{'webhooks': {'concurrency': 2}}")
+    assert limits(BROKER_URL=rabbitmq) == "{}"
     assert limits(BROKER_URL="", WEBHOOKS_CONCURRENCY="5") == "{'webhooks': {'concurrency': 5}}"
     assert limits(BROKER_URL="", WEBHOOKS_CONCURRENCY="0") == "{}"
