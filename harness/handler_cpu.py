@@ -8,9 +8,8 @@ handler's Python, Django and psycopg) and its PostgreSQL backend's (the schedule
 `/proc/PID/schedstat`, in nanoseconds). What it leaves out is what a worker adds per message
 whatever the handler does: Dramatiq, pika, the broker, the relay. Same-machine comparisons only.
 
-With `webhook_url`, each delivery's customer has one endpoint there that wants every status: the
-webhooks subscriber's messages and each `webhook.due`'s send are then among the executions timed
-(the receiver's CPU is its own process's, not counted).
+With `webhook_url`, each delivery's customer has an endpoint there wanting every status: its
+messages and sends are timed too (the receiver's CPU is its own process's, not counted).
 """
 
 import statistics
