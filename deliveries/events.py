@@ -161,7 +161,9 @@ class DeliveryStatusChanged(Event):
     """Published on every change of a delivery's status, after the event that tells why, in the same
     transaction: what an outside system is told as it happens (webhooks). The status and its reason are
     those of docs/api.md's "Status values"; the rest is the status resource at that moment (a delivery
-    failed as `unprocessable` has its row left unread, so these are None)."""
+    failed as `unprocessable` has its row left unread, so these are None). `change_number` is 1 for a
+    delivery's first change (`requested`), then 2, 3 and so on with no gap: a subscriber that has heard
+    2 and 4 knows 3 is on its way (absent from the changes published before they were numbered)."""
 
     type = "delivery.status_changed"
     version = 1
@@ -169,6 +171,7 @@ class DeliveryStatusChanged(Event):
     customer_id: UUID
     status: str
     status_reason: str = ""
+    change_number: int | None = None
     changed_at: datetime
     last_known_location: Location | None = None
     pickup_eta: datetime | None = None

@@ -57,5 +57,7 @@ def record_arrival(*, delivery_id: UUID, location: dict) -> Delivery | None:
             announce(delivery, DeliveryCompleted(delivery_id=delivery.id, drone_id=delivery.drone_id))
         else:
             await_confirmation(delivery)
-        save_fields(delivery, ["last_known_location", "status", "status_reason", *AWAITED, "updated_at"])
+        save_fields(
+            delivery, ["last_known_location", "status", "status_changes", "status_reason", *AWAITED, "updated_at"]
+        )
         return delivery

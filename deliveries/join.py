@@ -87,7 +87,7 @@ def record_waiting(
 
 # What `dispatch_when_ready` may change, with the row's time: the join's saves name their fields
 # (a full-row save wrote and serialized all thirty, six of them JSON, twice a delivery).
-JOINED = ("status", "updated_at")
+JOINED = ("status", "status_changes", "updated_at")
 
 
 def dispatch_when_ready(delivery: Delivery) -> None:

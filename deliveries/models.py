@@ -67,6 +67,9 @@ class Delivery(models.Model):
     customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="deliveries")
     status = models.CharField(max_length=30, choices=Status.choices, default=Status.REQUESTED, db_index=True)
     status_reason = models.CharField(max_length=100, blank=True)
+    # Its status changes so far, numbered 1, 2, 3 in its `delivery.status_changed` events: a
+    # subscriber that must keep their order can tell a change it has not heard yet from none.
+    status_changes = models.PositiveIntegerField(default=0)
     pickup_location = models.JSONField()
     dropoff_location = models.JSONField()
     pickup_time = models.DateTimeField()

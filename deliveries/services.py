@@ -97,7 +97,6 @@ def request_delivery(
                 request_fingerprint=fingerprint if idempotency_key else "",
             )
             delivery.accepted_as = {name: getattr(delivery, name) for name in ACCEPTED}  # in the one INSERT
-            insert_row(delivery)
             announce(
                 delivery,
                 DeliveryRequested(
@@ -118,6 +117,7 @@ def request_delivery(
                 ),
                 timers=timers_to_set(delivery),
             )
+            insert_row(delivery)  # after announce(), which numbers its first status change
             return delivery, True
     except IntegrityError:
         # A concurrent request with the same key committed first, or the package is on its way already.
@@ -234,16 +234,20 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
     if schedule_round is not None:
         deliveries = deliveries.filter(schedule_round=schedule_round)
     with atomic("deliveries"):
-        customers = list(deliveries.select_for_update().values_list("customer_id", flat=True))
-        if not customers:
+        found = list(deliveries.select_for_update().values_list("customer_id", "status_changes"))
+        if not found:
             return False
+        [(customer_id, changes_before)] = found
         now = timezone.now()
-        deliveries.update(status=Status.FAILED, status_reason=reason, updated_at=now)
+        deliveries.update(
+            status=Status.FAILED, status_reason=reason, status_changes=changes_before + 1, updated_at=now
+        )
         changed = DeliveryStatusChanged(
             delivery_id=delivery_id,
-            customer_id=customers[0],
+            customer_id=customer_id,
             status=Status.FAILED,
             status_reason=reason,
+            change_number=changes_before + 1,
             changed_at=now,
         )
         failed = DeliveryFailed(delivery_id=delivery_id, reason=reason)

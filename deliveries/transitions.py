@@ -41,10 +41,12 @@ def announce(delivery: Delivery, event=None, *, at: datetime | None = None, time
 
     Every change of the delivery's status is announced here: when its status is not the one it was
     read with (or last announced), `delivery.status_changed` follows `event` and `timers` in the same
-    statement. A use case that changes the status and has nothing else to say calls `announce(delivery)`."""
+    statement, numbered by the row's `status_changes`, which the caller saves with the status. A use case
+    that changes the status and has nothing else to say calls `announce(delivery)`."""
     announced: list[Announced] = [(event, at)] if event is not None else []
     announced += timers
     if delivery.status != getattr(delivery, "announced_status", None):
+        delivery.status_changes += 1
         announced.append((status_changed(delivery), None))
         delivery.announced_status = delivery.status
     if announced:
@@ -60,6 +62,7 @@ def status_changed(delivery: Delivery) -> DeliveryStatusChanged:
         customer_id=delivery.customer_id,
         status=delivery.status,
         status_reason=delivery.status_reason,
+        change_number=delivery.status_changes,
         changed_at=timezone.now(),
         last_known_location=None
         if location is None

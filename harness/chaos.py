@@ -478,7 +478,6 @@ class Ledger:
             key = (str(message.delivery_id), message.event_type, datetime.fromisoformat(body["timestamp"]))
             messages[key].append(message)
         arrivals = watch.receiver.arrivals
-        out_of_order = 0
         for delivery_id, keys in changes.items():
             order = []
             for key in keys:
@@ -495,11 +494,10 @@ class Ledger:
                     elif arrival.path != watch.path or arrival.body != message.body:
                         self.violations.append(f"webhook {message.pk} arrived at {arrival.path} with another body")
                     else:
-                        order.append((arrival.order, message.pk))
-            # Counted, not a violation: a change heard only after its successor was sent (its worker
-            # killed while handling it, say) arrives late; its body's timestamp says when it happened.
-            out_of_order += order != sorted(order)
-        self.figures["webhook_deliveries_out_of_order"] = out_of_order
+                        order.append((arrival.order, message.event_type))
+            if order != sorted(order):  # each one's first arrival, in the order of the changes
+                arrived = ", ".join(event_type for _, event_type in sorted(order))
+                self.violations.append(f"delivery {delivery_id}'s webhooks arrived out of order: {arrived}")
         for found in messages.values():
             for message in found:
                 self.violations.append(f"webhook message {message.pk} ({message.event_type}) for no status change")

@@ -20,6 +20,7 @@ class StatusChanged(Reader):
     customer_id: UUID
     status: str
     status_reason: str = ""
+    change_number: int | None = None  # None in a change published before the deliveries numbered them
     changed_at: datetime
     last_known_location: Place | None = None
     pickup_eta: datetime | None = None
@@ -27,7 +28,7 @@ class StatusChanged(Reader):
 
 
 # Not `ordered`: that drops a change heard after a later one as stale, and every change is owed a
-# message; the messages keep the changes' order by their number on the stream (services.attempt).
+# message; the messages keep the changes' order by their numbers (services.attempt).
 @subscribe("webhooks", "delivery.status_changed", reader=StatusChanged)
 def on_status_changed(message: Received[StatusChanged]) -> None:
     change = message.payload
@@ -41,6 +42,7 @@ def on_status_changed(message: Received[StatusChanged]) -> None:
         pickup_eta=change.pickup_eta,
         delivery_eta=change.delivery_eta,
         sequence=message.envelope.sequence,
+        change_number=change.change_number,
     )
 
 

@@ -58,6 +58,9 @@ class Message(models.Model):
     # The status change's number on its delivery's stream: messages about one delivery go in this
     # order, whichever order the workers happened to hear the changes in.
     sequence = models.PositiveBigIntegerField(null=True, blank=True)
+    # The delivery's change it tells (1, 2, 3: `delivery.status_changed`'s `change_number`): not sent
+    # before every change below it has been heard (HeardChanges), whether or not the endpoint wants it.
+    change_number = models.PositiveIntegerField(null=True, blank=True)
     event_type = models.CharField(max_length=60)
     body = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
@@ -72,6 +75,26 @@ class Message(models.Model):
 
     def __str__(self):
         return f"{self.event_type} {self.pk}"
+
+
+class HeardChanges(models.Model):
+    """Which of a delivery's status changes this context has heard: 1 to `heard_through`, and those
+    above a gap (`heard_beyond`) whose messages wait until the gap is filled."""
+
+    delivery_id = models.UUIDField(primary_key=True)
+    heard_through = models.PositiveIntegerField(default=0)
+    heard_beyond = models.JSONField(default=list, blank=True)
+
+    def __str__(self):
+        return f"{self.delivery_id}: 1-{self.heard_through}" + "".join(f", {n}" for n in self.heard_beyond)
+
+    def hear(self, number: int) -> None:
+        if number > self.heard_through and number not in self.heard_beyond:
+            beyond = {*self.heard_beyond, number}
+            while self.heard_through + 1 in beyond:
+                self.heard_through += 1
+                beyond.remove(self.heard_through)
+            self.heard_beyond = sorted(beyond)
 
 
 class Attempt(models.Model):

@@ -4,8 +4,9 @@ A status change becomes one Message per endpoint that wants it, its body built o
 `webhook.due` in the same transaction. The handler of `webhook.due` makes one attempt: a 2xx
 delivers it, anything else schedules the next `webhook.due` for later (exponential backoff with
 jitter) until WEBHOOKS_RETRY_FOR_SECONDS after the message was made. Messages to one endpoint about
-one delivery go one at a time, oldest first: a message waits while an older one is owed, and each
-one delivered (or given up) hands the turn to the next. An endpoint with no success for
+one delivery go one at a time, in the order of the changes: a message waits while an older one is
+owed (each one delivered or given up hands the turn to the next) and while a change before its own
+has not been heard (hearing it lets the message go). An endpoint with no success for
 WEBHOOKS_DISABLE_AFTER_SECONDS is disabled and its messages held until its customer enables it."""
 
 import random
@@ -18,10 +19,10 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from outbox.api import atomic, publish
+from outbox.api import atomic, locked_row, publish, save_fields
 from webhooks import addresses, sending
 from webhooks.events import WebhookDue, WebhookEndpointDisabled
-from webhooks.models import Attempt, Endpoint, Message, new_secret
+from webhooks.models import Attempt, Endpoint, HeardChanges, Message, new_secret
 
 # The statuses of docs/api.md ("Status values"): each change to one is sent as `delivery.<status>`.
 STATUSES = (
@@ -144,11 +145,19 @@ def enqueue_status_change(
     pickup_eta: datetime | None = None,
     delivery_eta: datetime | None = None,
     sequence: int | None = None,
+    change_number: int | None = None,
 ) -> list[Message]:
     """One message per endpoint of the customer's that wants `delivery.<status>`, each announced
-    by a `webhook.due` in the same transaction; to a disabled endpoint, held and not announced."""
+    by a `webhook.due` in the same transaction; to a disabled endpoint, held and not announced; while
+    a change before this one is unheard, not announced until it is. A change that fills such a gap
+    announces the messages that waited for it."""
     event_type = f"delivery.{status}"
     with atomic("webhooks"):
+        heard_through = None
+        if change_number is not None:
+            heard_through = _hear(delivery_id, change_number)
+            for message in _let_go(delivery_id, by=change_number, heard_through=heard_through):
+                _announce(message)
         endpoints = [
             e for e in Endpoint.objects.filter(customer_id=customer_id).order_by("created_at") if e.wants(event_type)
         ]
@@ -173,11 +182,39 @@ def enqueue_status_change(
                 body=body,
                 status=status_now,
                 sequence=sequence,
+                change_number=change_number,
             )
-            if endpoint.enabled:
+            if endpoint.enabled and (heard_through is None or change_number <= heard_through):
                 _announce(message)
             messages.append(message)
         return messages
+
+
+def _hear(delivery_id: UUID, number: int) -> int:
+    """Record the delivery's change `number` as heard, its row locked (of two changes heard at once,
+    the second sees the first), and answer through which number every change is heard."""
+    HeardChanges.objects.bulk_create([HeardChanges(delivery_id=delivery_id)], ignore_conflicts=True)
+    heard = locked_row(HeardChanges, delivery_id)
+    heard.hear(number)
+    save_fields(heard, ["heard_through", "heard_beyond"])
+    return heard.heard_through
+
+
+def _let_go(delivery_id: UUID, *, by: int, heard_through: int) -> list[Message]:
+    """The messages that waited for change `by` to be heard: to each endpoint, the first of them."""
+    if heard_through <= by:
+        return []
+    waiting = Message.objects.filter(
+        delivery_id=delivery_id,
+        status=Message.Status.PENDING,
+        attempts=0,
+        change_number__gt=by,
+        change_number__lte=heard_through,
+    ).order_by("sequence", "created_at", "pk")
+    first: dict[UUID, Message] = {}
+    for message in waiting:
+        first.setdefault(message.endpoint_id, message)
+    return list(first.values())
 
 
 def ping(*, endpoint: Endpoint) -> Message:
@@ -224,7 +261,7 @@ def attempt(*, message_id: str, after_attempts: int | None = None, now: datetime
             message.status = Message.Status.HELD
             message.save(update_fields=["status"])
             return message
-        if _an_older_one_is_owed(message):
+        if _an_older_one_is_owed(message) or _an_earlier_change_is_unheard(message):
             return message
         now = now or timezone.now()
         outcome = _send(message, now=now)
@@ -271,6 +308,13 @@ def _an_older_one_is_owed(message: Message) -> bool:
         .filter(older)
         .exists()
     )
+
+
+def _an_earlier_change_is_unheard(message: Message) -> bool:
+    if message.change_number is None or message.change_number == 1:
+        return False
+    heard = HeardChanges.objects.filter(delivery_id=message.delivery_id, heard_through__gte=message.change_number - 1)
+    return not heard.exists()
 
 
 def _next_in_line(message: Message) -> Message | None:

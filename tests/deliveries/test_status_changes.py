@@ -196,6 +196,8 @@ def test_each_status_a_delivery_goes_through_is_announced_once_in_order(name, cu
         for e in published("delivery.status_changed", correlation_id=story.id)
     ]
     assert [(e.status, e.status_reason) for e in announced] == story.statuses
+    assert [e.change_number for e in announced] == list(range(1, len(announced) + 1))  # no gap, none twice
+    assert Delivery.objects.get(pk=story.id).status_changes == len(announced)
     for event, (delivery, before, after) in zip(announced, story.seen, strict=True):
         assert (event.delivery_id, event.customer_id) == (story.id, customer.customer.id)
         assert before <= event.changed_at <= after

@@ -270,8 +270,7 @@ def test_a_webhook_with_another_body_or_a_bad_signature_is_a_violation(watch):
     assert len(violations) == 2, violations
 
 
-def test_webhooks_arriving_out_of_order_are_counted_not_judged(watch):
-    """A change heard only after its successor was sent arrives late (its worker killed meanwhile)."""
+def test_webhooks_arriving_out_of_the_order_of_their_changes_are_a_violation(watch):
     delivery_id = str(uuid.uuid4())
     endpoint = Endpoint.objects.get(pk=watch.endpoint_id)
     first, second = (
@@ -280,8 +279,9 @@ def test_webhooks_arriving_out_of_order_are_counted_not_judged(watch):
     arrives(watch, second)
     arrives(watch, first)
 
-    assert webhook_violations(watch, delivery_id) == []
-    assert watch_figures(watch, delivery_id)["webhook_deliveries_out_of_order"] == 1
+    assert webhook_violations(watch, delivery_id) == [
+        f"delivery {delivery_id}'s webhooks arrived out of order: delivery.delivered, delivery.in_transit"
+    ]
 
 
 def test_a_webhook_for_a_disabled_endpoint_or_with_an_id_no_message_has_is_a_violation(watch):

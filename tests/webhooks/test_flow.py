@@ -5,7 +5,7 @@ enabled; nothing to a disabled endpoint, nor to an address the guard refuses at 
 
 import json
 from datetime import timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from django.db.models import F
 from django.utils import timezone
@@ -14,7 +14,7 @@ from outbox.models import DeadLetter
 from outbox.testing import hand_over, pending, published, run_choreography
 from tests.factories import requested
 from webhooks import services
-from webhooks.models import Attempt, Endpoint, Message
+from webhooks.models import Attempt, Endpoint, HeardChanges, Message
 
 
 def registered(customer, url: str, **body) -> dict:
@@ -246,3 +246,63 @@ def test_a_status_change_handled_after_a_later_one_is_still_sent(customer, fleet
 
     made = sorted(Message.objects.values_list("event_type", flat=True))
     assert made == sorted(f"delivery.{change.payload['status']}" for change in changes)
+
+
+def test_a_change_heard_before_an_earlier_one_waits_for_it_then_all_arrive_in_order(customer, fleet, receiver):
+    endpoint = registered(customer, receiver.url)
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("delivery.status_changed",))
+    first, *later = pending("delivery.status_changed", correlation_id=delivery_id)
+    assert len(later) >= 3
+    for change in reversed(later):  # the worker that took the first change stopped before handling it
+        hand_over(change, to="webhooks")
+    run_choreography(correlation_id=delivery_id, hold=("delivery.status_changed",))
+
+    assert receiver.received == []  # each one made, none sent: the first change is not heard yet
+    assert Message.objects.filter(status=Message.Status.PENDING, attempts=0).count() == len(later)
+
+    hand_over(first, to="webhooks")
+    played(delivery_id)
+
+    told = [change.payload["status"] for change in [first, *later]]
+    assert [b["data"]["status"] for b in receiver.verified(endpoint["secret"])] == told
+    assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.DELIVERED}
+
+
+def test_a_change_an_endpoint_does_not_want_still_holds_back_the_ones_after_it(customer, fleet, receiver):
+    wanted = ["delivery.scheduled", "delivery.in_transit", "delivery.delivered"]
+    endpoint = registered(customer, receiver.url, eventTypes=wanted)
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("delivery.status_changed",))
+    first, *later = pending("delivery.status_changed", correlation_id=delivery_id)
+    assert first.payload["status"] == "requested"
+    for change in later:
+        hand_over(change, to="webhooks")
+    run_choreography(correlation_id=delivery_id, hold=("delivery.status_changed",))
+    assert receiver.received == []
+
+    hand_over(first, to="webhooks")  # makes no message, and lets the others go
+    played(delivery_id)
+
+    bodies = receiver.verified(endpoint["secret"])
+    assert [b["type"] for b in bodies] == wanted
+
+
+def test_a_change_numbered_before_the_deliveries_numbered_them_waits_for_nothing(customer, receiver):
+    registered(customer, receiver.url)
+    delivery_id = uuid4()
+    [message] = services.enqueue_status_change(
+        customer_id=customer.customer.id, delivery_id=delivery_id, status="in_transit", changed_at=timezone.now()
+    )
+    run_choreography(correlation_id=delivery_id)
+
+    assert [json.loads(r["body"])["data"]["status"] for r in receiver.received] == ["in_transit"]
+    message.refresh_from_db()
+    assert message.status == Message.Status.DELIVERED
+
+
+def test_heard_changes_know_through_which_number_all_are_heard():
+    heard = HeardChanges(delivery_id=uuid4())
+    for number, through, beyond in [(2, 0, [2]), (4, 0, [2, 4]), (2, 0, [2, 4]), (1, 2, [4]), (3, 4, []), (3, 4, [])]:
+        heard.hear(number)
+        assert (heard.heard_through, heard.heard_beyond) == (through, beyond), number
