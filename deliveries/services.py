@@ -239,9 +239,7 @@ def fail_unprocessable_delivery(*, delivery_id: UUID, schedule_round: int | None
             return False
         [(customer_id, changes_before)] = found
         now = timezone.now()
-        deliveries.update(
-            status=Status.FAILED, status_reason=reason, status_changes=changes_before + 1, updated_at=now
-        )
+        deliveries.update(status=Status.FAILED, status_reason=reason, status_changes=changes_before + 1, updated_at=now)
         changed = DeliveryStatusChanged(
             delivery_id=delivery_id,
             customer_id=customer_id,

@@ -4,9 +4,11 @@ send to them. The customer is the one the deployable's bearer auth found (`reque
 from datetime import datetime
 from uuid import UUID
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
 from ninja import Query, Router, Status
 from ninja.errors import HttpError
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.schemas import ERRORS, CamelSchema, RequestSchema
 from webhooks import selectors, services
@@ -26,6 +28,21 @@ class EndpointIn(RequestSchema):
         max_length=len(services.EVENT_TYPES),
         description=f"Any of {', '.join(services.EVENT_TYPES)}; none: every type.",
     )
+    alert_email: str = Field(
+        "",
+        max_length=254,
+        description="Whom to e-mail if the endpoint is disabled (no success for days).",
+        json_schema_extra={"format": "email"},
+    )
+
+    @field_validator("alert_email")
+    @classmethod
+    def _an_email_address(cls, value: str) -> str:
+        try:
+            value and validate_email(value)
+        except DjangoValidationError as error:
+            raise ValueError("not a valid e-mail address") from error
+        return value
 
 
 class EndpointOut(CamelSchema):
@@ -33,6 +50,7 @@ class EndpointOut(CamelSchema):
     url: str
     description: str
     event_types: list[str]
+    alert_email: str | None
     created_at: datetime
     enabled: bool
     disabled_at: datetime | None
@@ -79,6 +97,7 @@ def _endpoint(endpoint: Endpoint) -> dict:
         "url": endpoint.url,
         "description": endpoint.description,
         "event_types": endpoint.event_types,
+        "alert_email": endpoint.alert_email or None,
         "created_at": endpoint.created_at,
         "enabled": endpoint.enabled,
         "disabled_at": endpoint.disabled_at,
@@ -102,7 +121,11 @@ def _own(request, endpoint_id: UUID) -> Endpoint:
 )
 def create_endpoint(request, payload: EndpointIn):
     endpoint = services.create_endpoint(
-        customer_id=request.auth.pk, url=payload.url, description=payload.description, event_types=payload.event_types
+        customer_id=request.auth.pk,
+        url=payload.url,
+        description=payload.description,
+        event_types=payload.event_types,
+        alert_email=payload.alert_email,
     )
     return Status(201, {**_endpoint(endpoint), "secret": endpoint.secret})
 

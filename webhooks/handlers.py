@@ -1,4 +1,5 @@
-"""Reads the deliveries context's `delivery.status_changed` (never importing it) and its own `webhook.due`."""
+"""Reads the deliveries context's `delivery.status_changed` (never importing it), its own `webhook.due`,
+and its own `webhook.endpoint_disabled`, to e-mail the endpoint's alert address."""
 
 from datetime import datetime
 from uuid import UUID
@@ -56,3 +57,13 @@ class Due(Reader):
 @subscribe("webhooks", "webhook.due", reader=Due, outside_effects=True)
 def on_webhook_due(message: Received[Due]) -> None:
     services.attempt(message_id=message.payload.webhook_id, after_attempts=message.payload.after_attempts)
+
+
+class Disabled(Reader):
+    endpoint_id: UUID
+
+
+# An e-mail: an outside effect, committed alone for the same reason as a POST.
+@subscribe("webhooks", "webhook.endpoint_disabled", reader=Disabled, outside_effects=True)
+def on_endpoint_disabled(message: Received[Disabled]) -> None:
+    services.alert_disabled(endpoint_id=message.payload.endpoint_id)

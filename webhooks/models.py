@@ -30,6 +30,10 @@ class Endpoint(models.Model):
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=200, blank=True)
     failing_since = models.DateTimeField(null=True, blank=True, help_text="the first failure not followed by a success")
+    # Whom to e-mail when it is disabled (the customer's own data: no event carries it), and when
+    # that was last done: one e-mail per disabling.
+    alert_email = models.EmailField(blank=True)
+    alerted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self):

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
+from django.core.mail import send_mail
 from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict
@@ -73,7 +74,9 @@ def check_url(url: str) -> None:
         raise RefusedUrl(f"not a URL: {error}", reason="invalid") from error
 
 
-def create_endpoint(*, customer_id: UUID, url: str, description: str = "", event_types: list[str] = ()) -> Endpoint:
+def create_endpoint(
+    *, customer_id: UUID, url: str, description: str = "", event_types: list[str] = (), alert_email: str = ""
+) -> Endpoint:
     """A new endpoint of the customer's, with a secret of its own; its URL checked now (and at every send)."""
     unknown = [t for t in event_types if t not in EVENT_TYPES]
     if unknown:
@@ -81,7 +84,11 @@ def create_endpoint(*, customer_id: UUID, url: str, description: str = "", event
     check_url(url)
     with atomic("webhooks"):
         return Endpoint.objects.create(
-            customer_id=customer_id, url=url, description=description, event_types=list(dict.fromkeys(event_types))
+            customer_id=customer_id,
+            url=url,
+            description=description,
+            event_types=list(dict.fromkeys(event_types)),
+            alert_email=alert_email,
         )
 
 
@@ -401,6 +408,28 @@ def disable(*, endpoint: Endpoint, reason: str, now: datetime | None = None) -> 
             stream=f"webhooks:{endpoint.pk}",
         )
         endpoint.disabled_at, endpoint.disabled_reason = now, reason
+        return True
+
+
+def alert_disabled(*, endpoint_id: UUID) -> bool:
+    """E-mail the endpoint's `alert_email` that it was disabled, once per disabling (a failed send
+    raises, and the event is retried); nothing if it has no address or was enabled since. True if sent."""
+    with atomic("webhooks"):
+        endpoint = locked_row(Endpoint, endpoint_id)
+        if endpoint is None or endpoint.enabled or not endpoint.alert_email:
+            return False
+        if endpoint.alerted_at is not None and endpoint.alerted_at >= endpoint.disabled_at:
+            return False
+        send_mail(
+            f"Webhook endpoint disabled: {endpoint.url}",
+            f"Nothing has been sent to {endpoint.url} since {endpoint.disabled_at:%Y-%m-%d %H:%M:%S %Z}: "
+            f"{endpoint.disabled_reason}.\n\nWhat it is owed is held. Enable it (POST "
+            f"/api/webhookendpoints/{endpoint.pk}/enable) and that is sent, oldest first.",
+            settings.DEFAULT_FROM_EMAIL,
+            [endpoint.alert_email],
+        )
+        endpoint.alerted_at = timezone.now()
+        save_fields(endpoint, ["alerted_at"])
         return True
 
 

@@ -39,14 +39,20 @@ def errors_of(answer) -> dict[str, str]:
 
 
 def test_an_endpoint_is_created_with_its_secret_shown_once(customer):
-    endpoint = created(customer, description="orders system", eventTypes=["delivery.delivered", "delivery.failed"])
+    endpoint = created(
+        customer,
+        description="orders system",
+        eventTypes=["delivery.delivered", "delivery.failed"],
+        alertEmail="ops@example.com",
+    )
 
     assert endpoint["secret"].startswith("whsec_")
+    assert endpoint["alertEmail"] == "ops@example.com" and created(customer)["alertEmail"] is None
     assert endpoint["url"] == URL and endpoint["description"] == "orders system"
     assert endpoint["eventTypes"] == ["delivery.delivered", "delivery.failed"]
     assert endpoint["enabled"] is True and endpoint["createdAt"]
     listed = customer.get("/webhookendpoints").json()
-    assert listed["count"] == 1 and [e["id"] for e in listed["items"]] == [endpoint["id"]]
+    assert listed["count"] == 2 and endpoint["id"] in [e["id"] for e in listed["items"]]
     read = customer.get(f"/webhookendpoints/{endpoint['id']}").json()
     assert "secret" not in read and "secret" not in listed["items"][0]
     assert read["url"] == URL
@@ -119,6 +125,8 @@ def test_an_unknown_event_type_is_a_422_naming_event_types(customer):
         ({"url": URL, "eventTypes": "delivery.delivered"}, "eventTypes"),
         ({"url": URL, "eventTypes": [None]}, "eventTypes.0"),
         ({"url": URL, "event_types": []}, "event_types"),
+        ({"url": URL, "alertEmail": "ops at example.com"}, "alertEmail"),
+        ({"url": URL, "alertEmail": 7}, "alertEmail"),
     ],
 )
 def test_invalid_input_names_its_field(customer, body, field):

@@ -172,6 +172,25 @@ def test_a_disabled_endpoint_is_sent_nothing(customer, fleet, receiver):
     assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.HELD}
 
 
+def test_a_disabled_endpoint_s_alert_address_is_emailed_once_for_each_disabling(customer, receiver, mailoutbox):
+    endpoint = registered(customer, receiver.url, alertEmail="ops@example.com")
+    silent = registered(customer, receiver.url)  # no alert address: told by the API only
+    for each in (endpoint, silent):
+        services.disable(endpoint=Endpoint.objects.get(pk=each["id"]), reason="no success for 3 days")
+    run_choreography()
+
+    [mail] = mailoutbox
+    assert mail.to == ["ops@example.com"] and mail.subject == f"Webhook endpoint disabled: {receiver.url}"
+    assert "no success for 3 days" in mail.body and f"/api/webhookendpoints/{endpoint['id']}/enable" in mail.body
+    assert services.alert_disabled(endpoint_id=endpoint["id"]) is False  # a copy of the event: told already
+    assert len(mailoutbox) == 1
+
+    services.enable(endpoint=Endpoint.objects.get(pk=endpoint["id"]))
+    services.disable(endpoint=Endpoint.objects.get(pk=endpoint["id"]), reason="no success for 3 days")
+    run_choreography()
+    assert len(mailoutbox) == 2
+
+
 def test_only_the_event_types_an_endpoint_asked_for_are_sent(customer, fleet, receiver):
     endpoint = registered(customer, receiver.url, eventTypes=["delivery.delivered"])
     delivery_id = requested(customer)
