@@ -83,22 +83,25 @@ class Message(models.Model):
 
 class HeardChanges(models.Model):
     """Which of a delivery's status changes this context has heard: 1 to `heard_through`, and those
-    above a gap (`heard_beyond`) whose messages wait until the gap is filled."""
+    above a gap (`heard_beyond`, None when there is no gap) whose messages wait until it is filled."""
 
     delivery_id = models.UUIDField(primary_key=True)
     heard_through = models.PositiveIntegerField(default=0)
-    heard_beyond = models.JSONField(default=list, blank=True)
+    heard_beyond = models.JSONField(null=True, blank=True)
 
     def __str__(self):
-        return f"{self.delivery_id}: 1-{self.heard_through}" + "".join(f", {n}" for n in self.heard_beyond)
+        return f"{self.delivery_id}: 1-{self.heard_through}" + "".join(f", {n}" for n in self.heard_beyond or ())
+
+    def heard(self, number: int) -> bool:
+        return number <= self.heard_through or number in (self.heard_beyond or ())
 
     def hear(self, number: int) -> None:
-        if number > self.heard_through and number not in self.heard_beyond:
-            beyond = {*self.heard_beyond, number}
+        if not self.heard(number):
+            beyond = {*(self.heard_beyond or ()), number}
             while self.heard_through + 1 in beyond:
                 self.heard_through += 1
                 beyond.remove(self.heard_through)
-            self.heard_beyond = sorted(beyond)
+            self.heard_beyond = sorted(beyond) or None
 
 
 class Attempt(models.Model):

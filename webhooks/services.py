@@ -20,7 +20,7 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from outbox.api import atomic, locked_row, publish, save_fields
+from outbox.api import atomic, connection_of, locked_row, publish, save_fields
 from webhooks import addresses, sending
 from webhooks.events import WebhookDue, WebhookEndpointDisabled
 from webhooks.models import Attempt, Endpoint, HeardChanges, Message, new_secret
@@ -198,13 +198,40 @@ def enqueue_status_change(
 
 
 def _hear(delivery_id: UUID, number: int) -> int:
-    """Record the delivery's change `number` as heard, its row locked (of two changes heard at once,
-    the second sees the first), and answer through which number every change is heard."""
-    HeardChanges.objects.bulk_create([HeardChanges(delivery_id=delivery_id)], ignore_conflicts=True)
-    heard = locked_row(HeardChanges, delivery_id)
-    heard.hear(number)
-    save_fields(heard, ["heard_through", "heard_beyond"])
+    """Record the delivery's change `number` as heard and answer through which number every change
+    is heard. One statement when the changes come in order (the usual): an upsert that also locks
+    the delivery's row, so that of two changes heard at once, the second sees the first; a change
+    heard out of order is then recorded by a second."""
+    connection = connection_of("webhooks")
+    beyond = HeardChanges._meta.get_field("heard_beyond")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _HEAR.format(table=connection.ops.quote_name(HeardChanges._meta.db_table)),
+            [
+                HeardChanges._meta.pk.get_db_prep_value(delivery_id, connection),
+                1 if number == 1 else 0,
+                None if number == 1 else beyond.get_db_prep_save([number], connection),
+                number - 1,
+                number,
+            ],
+        )
+        heard_through, heard_beyond = cursor.fetchone()
+    heard = HeardChanges(delivery_id=delivery_id, heard_through=heard_through)
+    heard.heard_beyond = beyond.from_db_value(heard_beyond, None, connection)
+    heard._state.adding, heard._state.db = False, connection.alias
+    if not heard.heard(number):
+        heard.hear(number)
+        save_fields(heard, ["heard_through", "heard_beyond"])
     return heard.heard_through
+
+
+# Insert the delivery's row (its first change heard), or lock it and record the next change in order.
+_HEAR = (
+    "INSERT INTO {table} (delivery_id, heard_through, heard_beyond) VALUES (%s, %s, %s) "
+    "ON CONFLICT (delivery_id) DO UPDATE SET heard_through = CASE "
+    "WHEN {table}.heard_through = %s AND {table}.heard_beyond IS NULL THEN %s ELSE {table}.heard_through END "
+    "RETURNING heard_through, heard_beyond"
+)
 
 
 def _let_go(delivery_id: UUID, *, by: int, heard_through: int) -> list[Message]:

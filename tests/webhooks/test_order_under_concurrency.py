@@ -41,7 +41,7 @@ def test_the_change_that_fills_a_gap_while_a_later_one_is_being_heard_lets_it_go
     heard_3, go, errors = threading.Event(), threading.Event(), []
     hear = HeardChanges.hear
 
-    def pausing_before_recording_change_3(heard, number):  # the delivery's row read, and locked
+    def pausing_before_recording_change_3(heard, number):  # out of order: the row read, and locked
         if number == 3:
             heard_3.set()
             assert go.wait(10), "never let go"
@@ -69,7 +69,7 @@ def test_the_change_that_fills_a_gap_while_a_later_one_is_being_heard_lets_it_go
 
     assert errors == []
     heard = HeardChanges.objects.get(pk=delivery_id)
-    assert (heard.heard_through, heard.heard_beyond) == (3, [])
+    assert (heard.heard_through, heard.heard_beyond) == (3, None)
     announced = {due.payload["webhook_id"] for due in pending("webhook.due", correlation_id=delivery_id)}
     made = dict(Message.objects.values_list("change_number", "pk"))
     assert sorted(made) == [1, 2, 3]

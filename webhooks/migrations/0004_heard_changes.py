@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('delivery_id', models.UUIDField(primary_key=True, serialize=False)),
                 ('heard_through', models.PositiveIntegerField(default=0)),
-                ('heard_beyond', models.JSONField(blank=True, default=list)),
+                ('heard_beyond', models.JSONField(blank=True, null=True)),
             ],
         ),
         migrations.AddField(
