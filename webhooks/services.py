@@ -345,7 +345,8 @@ def _an_older_one_is_owed(message: Message) -> bool:
 
 
 def _an_earlier_change_is_unheard(message: Message) -> bool:
-    if message.change_number is None or message.change_number == 1:
+    """Whether a change before the message's own is still unheard (never, once it was attempted)."""
+    if message.change_number is None or message.change_number == 1 or message.attempts:
         return False
     heard = HeardChanges.objects.filter(delivery_id=message.delivery_id, heard_through__gte=message.change_number - 1)
     return not heard.exists()
