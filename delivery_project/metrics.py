@@ -6,11 +6,13 @@ In multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the counters are those of every 
 host that shares the directory (web, relays, workers); otherwise this process's own.
 """
 
+import contextlib
 import threading
 import time
 from collections import Counter
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Count, Min, Q
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
@@ -35,62 +37,84 @@ def _age(since) -> float:
 
 
 class SystemState:
-    """Gauges that are facts in the database, not events in a process."""
+    """Gauges that are facts in the database, not events in a process. A database that does not
+    answer leaves the others' figures in the scrape: `outbox_database_up` says which one is missing
+    from the totals (0), rather than a failed scrape hiding them all."""
 
     def collect(self):
         now = timezone.now()
-        # One query, so the backlog and the due rows are counted at one moment: counted apart, a
-        # row relayed in between made the backlog smaller than what was due in it.
+        up = GaugeMetricFamily(
+            "outbox_database_up", "1 if the database answered this read, 0 if not", labels=["database"]
+        )
+        read = {}
+        for database in kernel_databases():
+            try:
+                read[database] = _outbox_state(database, now=now)
+            except DatabaseError:
+                up.add_metric([database], 0)
+            else:
+                up.add_metric([database], 1)
+        yield up
+        if not read:  # no figure at all rather than zeros that look like an idle system
+            return
         # With a context on a database of its own, every outbox counts: totals, and the worst age.
-        is_due = Q(available_at__lte=now)
-        databases = kernel_databases()
-        pending = [
-            OutboxMessage.objects.using(database)
-            .filter(published_at__isnull=True)
-            .aggregate(backlog=Count("id"), due=Count("id", filter=is_due), oldest=Min("available_at", filter=is_due))
-            for database in databases
-        ]
-        backlog, due = sum(p["backlog"] for p in pending), sum(p["due"] for p in pending)
-        yield GaugeMetricFamily("outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", backlog)
-        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", due)
+        states = read.values()
+        yield GaugeMetricFamily(
+            "outbox_backlog_rows", "Outbox rows not yet relayed (due or later)", sum(s["backlog"] for s in states)
+        )
+        yield GaugeMetricFamily("outbox_due_rows", "Outbox rows due and not yet relayed", sum(s["due"] for s in states))
         yield GaugeMetricFamily(
             "outbox_oldest_due_age_seconds",
             "How long the oldest due row has waited for the relay",
-            max(_age(p["oldest"]) for p in pending),
+            max((_age(s["oldest"]) for s in states), default=0.0),
         )
-        lags = []
-        for database in databases:
-            with working_in(database):
-                lags.append(sweep_lag_seconds())
         yield GaugeMetricFamily(
             "outbox_sweep_lag_seconds",
             "How far the redelivery sweep is behind: the age of the oldest unsettled relayed row beyond its grace",
-            max(lags),
+            max((s["sweep_lag"] for s in states), default=0.0),
         )
         letters = GaugeMetricFamily("outbox_dead_letters_open", "Open dead letters, by reason", labels=["reason"])
-        by_reason = Counter()
-        for database in databases:
-            open_letters = DeadLetter.objects.using(database).filter(status=DeadLetter.Status.OPEN)
-            by_reason.update(dict(open_letters.values_list("reason").annotate(n=Count("id"))))
-        for reason, count in by_reason.items():
+        for reason, count in sum((s["letters"] for s in states), Counter()).items():
             letters.add_metric([reason], count)
         yield letters
-        by_status = GaugeMetricFamily("deliveries", "Deliveries, by status", labels=["status"])
-        counts = dict(Delivery.objects.values_list("status").annotate(n=Count("id")))
-        for status in Delivery.Status.values:
-            by_status.add_metric([status], counts.get(status, 0))
-        yield by_status
-        waiting = Delivery.objects.filter(status=Delivery.Status.WAITING_FOR_DRONE).aggregate(
-            count=Count("id"), oldest=Min("waiting_since")
-        )
-        yield GaugeMetricFamily(
-            "deliveries_waiting_for_drone", "Deliveries in the drones' waiting line", waiting["count"]
-        )
-        yield GaugeMetricFamily(
+        with contextlib.suppress(DatabaseError):  # the deliveries' database away: its outbox_database_up says so
+            yield from _delivery_gauges()
+
+
+def _outbox_state(database: str, *, now) -> dict:
+    """One database's outbox backlog, sweep lag and open dead letters."""
+    # One query, so the backlog and the due rows are counted at one moment: counted apart, a row
+    # relayed in between made the backlog smaller than what was due in it.
+    is_due = Q(available_at__lte=now)
+    state = (
+        OutboxMessage.objects.using(database)
+        .filter(published_at__isnull=True)
+        .aggregate(backlog=Count("id"), due=Count("id", filter=is_due), oldest=Min("available_at", filter=is_due))
+    )
+    with working_in(database):
+        state["sweep_lag"] = sweep_lag_seconds()
+    open_letters = DeadLetter.objects.using(database).filter(status=DeadLetter.Status.OPEN)
+    state["letters"] = Counter(dict(open_letters.values_list("reason").annotate(n=Count("id"))))
+    return state
+
+
+def _delivery_gauges():
+    by_status = GaugeMetricFamily("deliveries", "Deliveries, by status", labels=["status"])
+    counts = dict(Delivery.objects.values_list("status").annotate(n=Count("id")))
+    for status in Delivery.Status.values:
+        by_status.add_metric([status], counts.get(status, 0))
+    waiting = Delivery.objects.filter(status=Delivery.Status.WAITING_FOR_DRONE).aggregate(
+        count=Count("id"), oldest=Min("waiting_since")
+    )
+    return [
+        by_status,
+        GaugeMetricFamily("deliveries_waiting_for_drone", "Deliveries in the drones' waiting line", waiting["count"]),
+        GaugeMetricFamily(
             "deliveries_oldest_waiting_age_seconds",
             "How long the delivery first in the waiting line has waited",
             _age(waiting["oldest"]),
-        )
+        ),
+    ]
 
 
 _state_lock = threading.Lock()

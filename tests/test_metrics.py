@@ -105,6 +105,7 @@ def test_the_backlog_gauges_count_due_rows_their_age_and_open_letters_by_reason(
     assert value(scraped, "outbox_backlog_rows") == 3 and value(scraped, "outbox_due_rows") == 2
     assert 60 <= value(scraped, "outbox_oldest_due_age_seconds") < 3600
     assert value(scraped, "outbox_dead_letters_open", reason="handler_error") == 1
+    assert value(scraped, "outbox_database_up", database="default") == 1
 
 
 @pytest.mark.django_db
