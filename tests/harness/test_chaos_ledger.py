@@ -9,7 +9,8 @@ import pytest
 from django.utils import timezone
 from outbox_tests.letters import a_dead_letter
 
-from harness.chaos import Ledger, WebhookReceiver, WebhookWatch, plan_faults
+from harness.chaos import WebhookReceiver, WebhookWatch, plan_faults
+from harness.ledger import Ledger
 from outbox.models import InboxMessage, OutboxMessage
 from webhooks.models import Endpoint, Message
 from webhooks.sending import signature_headers

@@ -25,7 +25,6 @@ from harness.chaos import (
     FAILOVER_OUTAGE_SECONDS,
     WEBHOOK_EVENT_TYPES,
     Fault,
-    Ledger,
     Recipient,
     System,
     WebhookReceiver,
@@ -36,6 +35,7 @@ from harness.chaos import (
     fail_over_database,
     plan_faults,
 )
+from harness.ledger import Ledger
 from harness.postgres_servers import PostgresPrimaryWithReplica
 from harness.rabbitmq_cluster import RabbitmqCluster
 from harness.scratch import scratch_run
