@@ -19,7 +19,7 @@ from outbox.models import DeadLetter, InboxMessage, OutboxMessage
 from outbox.placement import database_of
 from webhooks.models import Attempt, Message
 
-TERMINAL = {"delivered", "failed", "cancelled"}
+TERMINAL = Delivery.TERMINAL
 # The notification each terminal status sends; its presence is the side effect checked.
 NOTIFIED = {"delivered": "completed", "failed": "failed", "cancelled": "cancelled"}
 
