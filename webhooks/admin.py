@@ -12,7 +12,15 @@ class MessageInline(admin.TabularInline):
     """The endpoint's messages still owed or given up, oldest first; each links to its attempts."""
 
     model = Message
-    fields = readonly_fields = ["webhook_id", "event_type", "delivery_id", "status", "attempts", "next_attempt_at"]
+    fields = readonly_fields = [
+        "webhook_id",
+        "event_type",
+        "delivery_id",
+        "change_number",
+        "status",
+        "attempts",
+        "next_attempt_at",
+    ]
     extra = 0
     can_delete = False
     ordering = ["created_at"]
