@@ -379,6 +379,9 @@ WEBHOOKS_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOKS_TIMEOUT_SECONDS", "5")
 WEBHOOKS_RETRY_FOR_SECONDS = float(os.environ.get("WEBHOOKS_RETRY_FOR_SECONDS", "259200"))
 WEBHOOKS_DISABLE_AFTER_SECONDS = float(os.environ.get("WEBHOOKS_DISABLE_AFTER_SECONDS", "259200"))
 WEBHOOKS_SECRET_GRACE_SECONDS = float(os.environ.get("WEBHOOKS_SECRET_GRACE_SECONDS", "86400"))
+# `prune_webhooks` deletes messages delivered or given up, and the heard changes of quiet deliveries,
+# older than this (30 days); at least WEBHOOKS_RETRY_FOR_SECONDS.
+WEBHOOKS_RETENTION_SECONDS = float(os.environ.get("WEBHOOKS_RETENTION_SECONDS", "2592000"))
 # The n-th failed attempt's next one comes after at most the n-th of these seconds (and at least half).
 WEBHOOKS_BACKOFF_SECONDS = tuple(
     float(step)

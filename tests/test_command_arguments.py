@@ -44,6 +44,7 @@ NONSENSE = [
     (["sweep_unacknowledged", "--limit", "-1"], "argument --limit: must be at least 1, not -1", ALONE),
     (["relay_outbox", "--once", "--batch-size", "0"], "argument --batch-size: must be at least 1, not 0", ALONE),
     (["prune_messages", "--older-than-days", "nan"], "argument --older-than-days: 'nan' is not a number", CALLED),
+    (["prune_webhooks", "--batch-size", "0"], "argument --batch-size: must be at least 1, not 0", CALLED),
     (["dead_letters", "replay", "999999"], "nothing replayed: there is no dead letter 999999", CALLED),
     (
         ["dead_letters", "replay", "{letter}", "999999"],

@@ -88,6 +88,7 @@ class HeardChanges(models.Model):
     delivery_id = models.UUIDField(primary_key=True)
     heard_through = models.PositiveIntegerField(default=0)
     heard_beyond = models.JSONField(null=True, blank=True)
+    last_heard_at = models.DateTimeField(default=timezone.now)  # how long its delivery has been quiet: retention
 
     def __str__(self):
         return f"{self.delivery_id}: 1-{self.heard_through}" + "".join(f", {n}" for n in self.heard_beyond or ())

@@ -204,6 +204,7 @@ def _hear(delivery_id: UUID, number: int) -> int:
     heard out of order is then recorded by a second."""
     connection = connection_of("webhooks")
     beyond = HeardChanges._meta.get_field("heard_beyond")
+    now = HeardChanges._meta.get_field("last_heard_at").get_db_prep_value(timezone.now(), connection)
     with connection.cursor() as cursor:
         cursor.execute(
             _HEAR.format(table=connection.ops.quote_name(HeardChanges._meta.db_table)),
@@ -211,6 +212,7 @@ def _hear(delivery_id: UUID, number: int) -> int:
                 HeardChanges._meta.pk.get_db_prep_value(delivery_id, connection),
                 1 if number == 1 else 0,
                 None if number == 1 else beyond.get_db_prep_save([number], connection),
+                now,
                 number - 1,
                 number,
             ],
@@ -227,8 +229,8 @@ def _hear(delivery_id: UUID, number: int) -> int:
 
 # Insert the delivery's row (its first change heard), or lock it and record the next change in order.
 _HEAR = (
-    "INSERT INTO {table} (delivery_id, heard_through, heard_beyond) VALUES (%s, %s, %s) "
-    "ON CONFLICT (delivery_id) DO UPDATE SET heard_through = CASE "
+    "INSERT INTO {table} (delivery_id, heard_through, heard_beyond, last_heard_at) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (delivery_id) DO UPDATE SET last_heard_at = EXCLUDED.last_heard_at, heard_through = CASE "
     "WHEN {table}.heard_through = %s AND {table}.heard_beyond IS NULL THEN %s ELSE {table}.heard_through END "
     "RETURNING heard_through, heard_beyond"
 )
