@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, router
 from django.db.models import Count, Min, Q
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
@@ -77,8 +77,9 @@ class SystemState:
         for reason, count in sum((s["letters"] for s in states), Counter()).items():
             letters.add_metric([reason], count)
         yield letters
-        with contextlib.suppress(DatabaseError):  # the deliveries' database away: its outbox_database_up says so
-            yield from _delivery_gauges()
+        if router.db_for_read(Delivery) in read:  # else away, as its outbox_database_up says: not asked twice
+            with contextlib.suppress(DatabaseError):
+                yield from _delivery_gauges()
 
 
 def _outbox_state(database: str, *, now) -> dict:
