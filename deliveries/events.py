@@ -161,9 +161,10 @@ class DeliveryStatusChanged(Event):
     """Published on every change of a delivery's status, after the event that tells why, in the same
     transaction: what an outside system is told as it happens (webhooks). The status and its reason are
     those of docs/api.md's "Status values"; the rest is the status resource at that moment (a delivery
-    failed as `unprocessable` has its row left unread, so these are None). `change_number` is 1 for a
-    delivery's first change (`requested`), then 2, 3 and so on with no gap: a subscriber that has heard
-    2 and 4 knows 3 is on its way (absent from the changes published before they were numbered)."""
+    failed as `unprocessable` has its row left unread, so these are None). `change_number` counts the
+    delivery's changes, 1 (`requested`), 2, 3 and so on with no gap: a subscriber that has heard 2
+    and 4 knows 3 is on its way. Absent from the changes published before they were numbered; a
+    delivery in flight then numbers its next change 1."""
 
     type = "delivery.status_changed"
     version = 1

@@ -69,7 +69,7 @@ class Delivery(models.Model):
     status_reason = models.CharField(max_length=100, blank=True)
     # Its status changes so far, numbered 1, 2, 3 in its `delivery.status_changed` events: a
     # subscriber that must keep their order can tell a change it has not heard yet from none.
-    status_changes = models.PositiveIntegerField(default=0)
+    status_changes = models.PositiveIntegerField(default=0, db_default=0)  # the release before inserts none
     pickup_location = models.JSONField()
     dropoff_location = models.JSONField()
     pickup_time = models.DateTimeField()

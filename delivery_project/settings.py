@@ -379,6 +379,9 @@ WEBHOOKS_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOKS_TIMEOUT_SECONDS", "5")
 WEBHOOKS_RETRY_FOR_SECONDS = float(os.environ.get("WEBHOOKS_RETRY_FOR_SECONDS", "259200"))
 WEBHOOKS_DISABLE_AFTER_SECONDS = float(os.environ.get("WEBHOOKS_DISABLE_AFTER_SECONDS", "259200"))
 WEBHOOKS_SECRET_GRACE_SECONDS = float(os.environ.get("WEBHOOKS_SECRET_GRACE_SECONDS", "86400"))
+# A webhook waits for the status changes before its own at most WEBHOOKS_ORDER_WAIT_SECONDS (15 min),
+# then goes without them (one that will never be heard: a dead letter discarded, a deploy's old worker).
+WEBHOOKS_ORDER_WAIT_SECONDS = float(os.environ.get("WEBHOOKS_ORDER_WAIT_SECONDS", "900"))
 # `prune_webhooks` deletes messages delivered or given up, and the heard changes of quiet deliveries,
 # older than this (30 days); at least WEBHOOKS_RETRY_FOR_SECONDS.
 WEBHOOKS_RETENTION_SECONDS = float(os.environ.get("WEBHOOKS_RETENTION_SECONDS", "2592000"))

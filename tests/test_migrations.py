@@ -1,3 +1,4 @@
+import pytest
 from django.core.management import call_command
 
 
@@ -100,3 +101,25 @@ def test_a_kept_first_answer_is_answered_the_same_once_migrated(
     delivery = Delivery.objects.get(pk=first["deliveryId"])
     again = DeliveryAccepted.model_validate(_accepted(as_accepted(delivery))).model_dump(mode="json", by_alias=True)
     assert DeliveryAccepted.model_validate(again) == DeliveryAccepted.model_validate(first)
+
+
+@pytest.mark.integration
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "model, field", [("deliveries.Delivery", "status_changes"), ("webhooks.Endpoint", "alert_email")]
+)
+def test_a_column_the_release_before_does_not_write_has_a_database_default(db, model, field):
+    """The upgrade migrates before it restarts the web hosts: until then the old code inserts rows
+    without the new column, which a NOT NULL column without a database default refuses (a 500)."""
+    from django.apps import apps
+    from django.db import connection
+
+    table = apps.get_model(model)._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT is_nullable, column_default FROM information_schema.columns WHERE table_name = %s "
+            "AND column_name = %s",
+            [table, field],
+        )
+        [(nullable, default)] = cursor.fetchall()
+    assert nullable == "YES" or default is not None, f"{table}.{field} is NOT NULL with no default"

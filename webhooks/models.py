@@ -30,10 +30,10 @@ class Endpoint(models.Model):
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=200, blank=True)
     failing_since = models.DateTimeField(null=True, blank=True, help_text="the first failure not followed by a success")
-    # Whom to e-mail when it is disabled (the customer's own data: no event carries it), and when
-    # that was last done: one e-mail per disabling.
-    alert_email = models.EmailField(blank=True)
-    alerted_at = models.DateTimeField(null=True, blank=True)
+    # Whom to e-mail when it is disabled (the customer's own data: no event carries it), and the
+    # disabling last told of (its `disabled_at`): one e-mail per disabling.
+    alert_email = models.EmailField(blank=True, db_default="")
+    alerted_for = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self):
@@ -74,7 +74,10 @@ class Message(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["endpoint", "delivery_id", "created_at"], name="webhooks_message_in_order")]
+        indexes = [
+            models.Index(fields=["endpoint", "delivery_id", "created_at"], name="webhooks_message_in_order"),
+            models.Index(fields=["status", "created_at"], name="webhooks_message_by_status"),  # retention
+        ]
         permissions = [("replay_message", "Can replay a webhook message given up or held")]
 
     def __str__(self):
@@ -83,12 +86,17 @@ class Message(models.Model):
 
 class HeardChanges(models.Model):
     """Which of a delivery's status changes this context has heard: 1 to `heard_through`, and those
-    above a gap (`heard_beyond`, None when there is no gap) whose messages wait until it is filled."""
+    above a gap (`heard_beyond`, None when there is no gap) whose messages wait until it is filled;
+    `ended` once its delivered, failed or cancelled was heard, which retention waits for."""
 
     delivery_id = models.UUIDField(primary_key=True)
     heard_through = models.PositiveIntegerField(default=0)
     heard_beyond = models.JSONField(null=True, blank=True)
-    last_heard_at = models.DateTimeField(default=timezone.now)  # how long its delivery has been quiet: retention
+    ended = models.BooleanField(default=False)
+    last_heard_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["ended", "last_heard_at"], name="webhooks_heard_ended")]  # retention
 
     def __str__(self):
         return f"{self.delivery_id}: 1-{self.heard_through}" + "".join(f", {n}" for n in self.heard_beyond or ())

@@ -9,9 +9,10 @@ owed (each one delivered or given up hands the turn to the next) and while a cha
 has not been heard (hearing it lets the message go). An endpoint with no success for
 WEBHOOKS_DISABLE_AFTER_SECONDS is disabled and its messages held until its customer enables it."""
 
+import logging
 import random
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -38,8 +39,11 @@ STATUSES = (
 )
 EVENT_TYPES = tuple(f"delivery.{status}" for status in STATUSES)
 PING = "webhook.ping"
+ENDED = ("delivered", "failed", "cancelled")  # a delivery's last status: nothing is heard of it after
 
 OWED = (Message.Status.PENDING, Message.Status.HELD)
+
+logger = logging.getLogger(__name__)
 
 
 class RefusedUrl(ValueError):
@@ -162,7 +166,7 @@ def enqueue_status_change(
     with atomic("webhooks"):
         heard_through = None
         if change_number is not None:
-            heard_through = _hear(delivery_id, change_number)
+            heard_through = _hear(delivery_id, change_number, ended=status in ENDED)
             for message in _let_go(delivery_id, by=change_number, heard_through=heard_through):
                 _announce(message)
         endpoints = [
@@ -193,11 +197,13 @@ def enqueue_status_change(
             )
             if endpoint.enabled and (heard_through is None or change_number <= heard_through):
                 _announce(message)
+            elif endpoint.enabled:  # sent when the gap is filled, or at the latest once the wait is over
+                _announce(message, at=_wait_over(message))
             messages.append(message)
         return messages
 
 
-def _hear(delivery_id: UUID, number: int) -> int:
+def _hear(delivery_id: UUID, number: int, *, ended: bool = False) -> int:
     """Record the delivery's change `number` as heard and answer through which number every change
     is heard. One statement when the changes come in order (the usual): an upsert that also locks
     the delivery's row, so that of two changes heard at once, the second sees the first; a change
@@ -212,6 +218,7 @@ def _hear(delivery_id: UUID, number: int) -> int:
                 HeardChanges._meta.pk.get_db_prep_value(delivery_id, connection),
                 1 if number == 1 else 0,
                 None if number == 1 else beyond.get_db_prep_save([number], connection),
+                ended,
                 now,
                 number - 1,
                 number,
@@ -229,8 +236,9 @@ def _hear(delivery_id: UUID, number: int) -> int:
 
 # Insert the delivery's row (its first change heard), or lock it and record the next change in order.
 _HEAR = (
-    "INSERT INTO {table} (delivery_id, heard_through, heard_beyond, last_heard_at) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (delivery_id) DO UPDATE SET last_heard_at = EXCLUDED.last_heard_at, heard_through = CASE "
+    "INSERT INTO {table} (delivery_id, heard_through, heard_beyond, ended, last_heard_at) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (delivery_id) DO UPDATE SET last_heard_at = EXCLUDED.last_heard_at, "
+    "ended = {table}.ended OR EXCLUDED.ended, heard_through = CASE "
     "WHEN {table}.heard_through = %s AND {table}.heard_beyond IS NULL THEN %s ELSE {table}.heard_through END "
     "RETURNING heard_through, heard_beyond"
 )
@@ -269,12 +277,15 @@ def ping(*, endpoint: Endpoint) -> Message:
         return message
 
 
-def _announce(message: Message, *, at: datetime | None = None) -> None:
-    """Publish the message's `webhook.due`: now, or at `at` (a retry)."""
+def _announce(message: Message, *, at: datetime | None = None, again: bool = False) -> None:
+    """Publish the message's `webhook.due`: now, or at `at`. In the delivery's story, unless the
+    message's own attempt schedules it `again` (a retry, a longer wait): each of those links is a
+    story of its own, as a chain of timers is periodic work, not a causal loop; under the delivery's
+    id three days of retries would pass OUTBOX_MAX_HOPS and be dead-lettered as a loop."""
     publish(
         WebhookDue(webhook_id=message.pk, after_attempts=message.attempts),
         stream=f"webhooks:{message.delivery_id or message.endpoint_id}",
-        correlation_id=message.delivery_id,
+        correlation_id=uuid4() if again else message.delivery_id,
         available_at=at,
     )
 
@@ -297,9 +308,12 @@ def attempt(*, message_id: str, after_attempts: int | None = None, now: datetime
             message.status = Message.Status.HELD
             message.save(update_fields=["status"])
             return message
-        if _an_older_one_is_owed(message) or _an_earlier_change_is_unheard(message):
-            return message
         now = now or timezone.now()
+        if _an_older_one_is_owed(message):
+            return message
+        if _an_earlier_change_is_unheard(message, now=now):  # let go when it is heard, or when the wait is over
+            _announce(message, at=max(_wait_over(message), now + timedelta(seconds=1)), again=True)
+            return message
         outcome = _send(message, now=now)
         Attempt.objects.create(
             message=message,
@@ -346,12 +360,28 @@ def _an_older_one_is_owed(message: Message) -> bool:
     )
 
 
-def _an_earlier_change_is_unheard(message: Message) -> bool:
-    """Whether a change before the message's own is still unheard (never, once it was attempted)."""
+def _an_earlier_change_is_unheard(message: Message, *, now: datetime) -> bool:
+    """Whether a change before the message's own is still unheard: never once it was attempted, nor
+    once it has waited WEBHOOKS_ORDER_WAIT_SECONDS (a change that will not come: a letter discarded)."""
     if message.change_number is None or message.change_number == 1 or message.attempts:
         return False
     heard = HeardChanges.objects.filter(delivery_id=message.delivery_id, heard_through__gte=message.change_number - 1)
-    return not heard.exists()
+    if heard.exists():
+        return False
+    if now < _wait_over(message):
+        return True
+    logger.warning(
+        "webhook %s (change %s of delivery %s) sent without the changes before it: they were not heard within %g s",
+        message.pk,
+        message.change_number,
+        message.delivery_id,
+        settings.WEBHOOKS_ORDER_WAIT_SECONDS,
+    )
+    return False
+
+
+def _wait_over(message: Message) -> datetime:
+    return message.created_at + timedelta(seconds=settings.WEBHOOKS_ORDER_WAIT_SECONDS)
 
 
 def _next_in_line(message: Message) -> Message | None:
@@ -399,7 +429,7 @@ def _failed(message: Message, *, now: datetime) -> None:
         return
     message.next_attempt_at = min(now + backoff(message.attempts), horizon)
     message.save(update_fields=["next_attempt_at", "attempts"])
-    _announce(message, at=message.next_attempt_at)
+    _announce(message, at=message.next_attempt_at, again=True)
 
 
 def backoff(attempts: int, *, rng: random.Random | None = None) -> timedelta:
@@ -448,7 +478,7 @@ def alert_disabled(*, endpoint_id: UUID) -> bool:
         endpoint = locked_row(Endpoint, endpoint_id)
         if endpoint is None or endpoint.enabled or not endpoint.alert_email:
             return False
-        if endpoint.alerted_at is not None and endpoint.alerted_at >= endpoint.disabled_at:
+        if endpoint.alerted_for == endpoint.disabled_at:  # told of this disabling already
             return False
         send_mail(
             f"Webhook endpoint disabled: {endpoint.url}",
@@ -458,8 +488,8 @@ def alert_disabled(*, endpoint_id: UUID) -> bool:
             settings.DEFAULT_FROM_EMAIL,
             [endpoint.alert_email],
         )
-        endpoint.alerted_at = timezone.now()
-        save_fields(endpoint, ["alerted_at"])
+        endpoint.alerted_for = endpoint.disabled_at
+        save_fields(endpoint, ["alerted_for"])
         return True
 
 

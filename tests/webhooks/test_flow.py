@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 from django.db.models import F
 from django.utils import timezone
 
-from outbox.models import DeadLetter
+from outbox.models import DeadLetter, OutboxMessage
 from outbox.testing import hand_over, pending, published, run_choreography
 from tests.factories import requested
 from webhooks import services
@@ -26,7 +26,7 @@ def registered(customer, url: str, **body) -> dict:
 def played(delivery_id: UUID) -> None:
     """The delivery's choreography to its end, each webhook retry handed over at once, its time not waited for."""
     run_choreography(correlation_id=delivery_id)
-    while retries := pending("webhook.due", correlation_id=delivery_id):
+    while retries := pending("webhook.due"):  # a retry is a story of its own
         for due in retries:
             hand_over(due)
         run_choreography(correlation_id=delivery_id)
@@ -106,6 +106,22 @@ def test_a_retry_is_scheduled_later_and_a_stale_copy_of_its_due_sends_nothing(cu
     assert endpoint.failing_since is not None
 
 
+def test_retries_past_the_hop_limit_go_on_not_dead_lettered_as_a_loop(customer, fleet, receiver, settings):
+    """Three days of retries are some thirty links: each is a story of its own, not a hop further."""
+    receiver.answers = [503] * 100
+    registered(customer, receiver.url, eventTypes=["delivery.delivered"])
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id)
+
+    for _ in range(settings.OUTBOX_MAX_HOPS + 5):
+        [retry] = pending("webhook.due")
+        hand_over(retry)  # raises if it was dead-lettered (loop_detected)
+
+    [message] = Message.objects.all()
+    assert message.attempts == settings.OUTBOX_MAX_HOPS + 6 and message.status == Message.Status.PENDING
+    assert not DeadLetter.objects.exists()
+
+
 def test_the_backoff_grows_and_never_passes_its_schedule():
     import random
 
@@ -138,7 +154,7 @@ def test_an_endpoint_down_past_the_horizon_is_disabled_its_messages_held_then_se
     past_the_horizon = timedelta(days=3, minutes=1)  # time moved on: everything as long ago
     Endpoint.objects.filter(pk=endpoint["id"]).update(failing_since=F("failing_since") - past_the_horizon)
     Message.objects.filter(endpoint_id=endpoint["id"]).update(created_at=F("created_at") - past_the_horizon)
-    [retry] = pending("webhook.due", correlation_id=delivery_id)
+    [retry] = pending("webhook.due")
     hand_over(retry)
 
     stored = Endpoint.objects.get(pk=endpoint["id"])
@@ -286,6 +302,32 @@ def test_a_change_heard_before_an_earlier_one_waits_for_it_then_all_arrive_in_or
     told = [change.payload["status"] for change in [first, *later]]
     assert [b["data"]["status"] for b in receiver.verified(endpoint["secret"])] == told
     assert set(Message.objects.values_list("status", flat=True)) == {Message.Status.DELIVERED}
+
+
+def test_a_change_never_heard_holds_the_ones_after_it_only_for_the_order_wait(customer, fleet, receiver, settings):
+    settings.WEBHOOKS_ORDER_WAIT_SECONDS = 600
+    endpoint = registered(customer, receiver.url)
+    delivery_id = requested(customer)
+    run_choreography(correlation_id=delivery_id, hold=("delivery.status_changed",))
+    first, *later = pending("delivery.status_changed", correlation_id=delivery_id)
+    for change in later:  # the first is never heard: its letter was discarded
+        hand_over(change, to="webhooks")
+    dues = pending("webhook.due", correlation_id=delivery_id)
+    assert len(dues) == len(later)  # each message's due at the end of its wait, none now
+    for due in dues:
+        waiting = Message.objects.get(pk=due.payload["webhook_id"])
+        due_at = OutboxMessage.objects.get(message_id=due.message_id).available_at
+        assert due_at == waiting.created_at + timedelta(seconds=600)
+        hand_over(due)  # early, as a copy could come: it waits still
+    assert receiver.received == []
+
+    Message.objects.update(created_at=F("created_at") - timedelta(seconds=601))  # the wait is over
+    for _ in range(3 * len(later)):  # bounded: a message that still waited would publish its due again
+        for due in pending("webhook.due"):
+            hand_over(due)
+
+    told = [change.payload["status"] for change in later]
+    assert [b["data"]["status"] for b in receiver.verified(endpoint["secret"])] == told
 
 
 def test_a_change_an_endpoint_does_not_want_still_holds_back_the_ones_after_it(customer, fleet, receiver):

@@ -1,5 +1,6 @@
-"""`manage.py prune_webhooks`: settled messages and their attempts, and the heard changes of quiet
-deliveries owed nothing, past the retention window; never a message still owed."""
+"""`manage.py prune_webhooks`: settled messages and their attempts, and the heard changes of ended
+deliveries owed nothing, past the retention window; never a message still owed, nor the record of a
+delivery still going however quiet (a pickup booked weeks ahead)."""
 
 import io
 import uuid
@@ -42,17 +43,22 @@ def test_settled_messages_and_quiet_deliveries_past_the_window_go_and_what_is_ow
     recent = a_message(endpoint, "delivered", made=timezone.now())
     pending, held = a_message(endpoint, "pending", attempts=0), a_message(endpoint, "held")
     a_ping = Message.objects.create(endpoint=endpoint, event_type="webhook.ping", body="{}", status="held")
-    quiet = HeardChanges.objects.create(delivery_id=delivered.delivery_id, heard_through=5, last_heard_at=LONG_AGO)
-    waited_on = HeardChanges.objects.create(delivery_id=held.delivery_id, heard_through=2, last_heard_at=LONG_AGO)
-    lively = HeardChanges.objects.create(delivery_id=uuid.uuid4(), heard_through=1)
+    ended = HeardChanges.objects.create(
+        delivery_id=delivered.delivery_id, heard_through=5, ended=True, last_heard_at=LONG_AGO
+    )
+    waited_on = HeardChanges.objects.create(
+        delivery_id=held.delivery_id, heard_through=2, ended=True, last_heard_at=LONG_AGO
+    )
+    booked_ahead = HeardChanges.objects.create(delivery_id=uuid.uuid4(), heard_through=2, last_heard_at=LONG_AGO)
+    lively = HeardChanges.objects.create(delivery_id=uuid.uuid4(), heard_through=5, ended=True)
 
     output = pruned("--batch-size", "1")
 
     assert set(Message.objects.values_list("pk", flat=True)) == {recent.pk, pending.pk, held.pk, a_ping.pk}
     assert not Attempt.objects.filter(message_id__in=[delivered.pk, given_up.pk]).exists()
     assert Attempt.objects.filter(message_id__in=[recent.pk, held.pk]).count() == 2
-    assert set(HeardChanges.objects.values_list("pk", flat=True)) == {waited_on.pk, lively.pk}
-    assert quiet.pk not in set(HeardChanges.objects.values_list("pk", flat=True))
+    assert set(HeardChanges.objects.values_list("pk", flat=True)) == {waited_on.pk, booked_ahead.pk, lively.pk}
+    assert ended.pk not in set(HeardChanges.objects.values_list("pk", flat=True))
     assert output.splitlines()[0] == "pruning what is older than 30 days"
     assert "  webhooks messages: 2 deleted (2 batches)" in output
     assert "  webhooks attempts: 3 deleted (2 batches)" in output
