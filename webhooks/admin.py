@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.db.models import Count, F, Q
 from django.urls import reverse
 from django.utils.html import format_html
@@ -35,7 +36,7 @@ class MessageInline(admin.TabularInline):
     @admin.display(description="webhook id")
     def webhook_id(self, message):
         return format_html(
-            '<a href="{}">{}</a>', reverse("admin:webhooks_message_change", args=[message.pk]), message.pk
+            '<a href="{}">{}</a>', reverse("admin:webhooks_message_change", args=[quote(message.pk)]), message.pk
         )
 
 
