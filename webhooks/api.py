@@ -2,13 +2,14 @@
 send to them. The customer is the one the deployable's bearer auth found (`request.auth`), by id only."""
 
 from datetime import datetime
+from typing import Annotated
 from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
 from ninja import Query, Router, Status
 from ninja.errors import HttpError
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from common.schemas import ERRORS, CamelSchema, RequestSchema
 from webhooks import selectors, services
@@ -20,6 +21,17 @@ MAX_PAGE = 100_000
 router = Router(tags=["webhooks"])
 
 
+def _email_address(value: str) -> str:
+    try:
+        value and validate_email(value)
+    except DjangoValidationError as error:
+        raise ValueError("not a valid e-mail address") from error
+    return value
+
+
+AlertEmail = Annotated[str, AfterValidator(_email_address)]  # "" for none
+
+
 class EndpointIn(RequestSchema):
     url: str = Field(min_length=1, max_length=2000, description="https:// (http:// only where the deployment allows)")
     description: str = Field("", max_length=200)
@@ -28,21 +40,23 @@ class EndpointIn(RequestSchema):
         max_length=len(services.EVENT_TYPES),
         description=f"Any of {', '.join(services.EVENT_TYPES)}; none: every type.",
     )
-    alert_email: str = Field(
+    alert_email: AlertEmail = Field(
         "",
         max_length=254,
         description="Whom to e-mail if the endpoint is disabled (no success for days).",
         json_schema_extra={"format": "email"},
     )
 
-    @field_validator("alert_email")
-    @classmethod
-    def _an_email_address(cls, value: str) -> str:
-        try:
-            value and validate_email(value)
-        except DjangoValidationError as error:
-            raise ValueError("not a valid e-mail address") from error
-        return value
+
+class EndpointChange(RequestSchema):
+    """What to change of an endpoint: a field left out stays as it is."""
+
+    url: str = Field(None, min_length=1, max_length=2000, description="Checked as at registration")
+    description: str = Field(None, max_length=200)
+    event_types: list[str] = Field(None, max_length=len(services.EVENT_TYPES), description="[]: every type.")
+    alert_email: AlertEmail = Field(
+        None, max_length=254, description='"": no e-mail.', json_schema_extra={"format": "email"}
+    )
 
 
 class EndpointOut(CamelSchema):
@@ -144,6 +158,17 @@ def list_endpoints(request, page: int = Query(1, ge=1, le=MAX_PAGE)):
 @router.get("/webhookendpoints/{endpoint_id}", response={200: EndpointOut, **ERRORS}, by_alias=True)
 def get_endpoint(request, endpoint_id: UUID):
     return Status(200, _endpoint(_own(request, endpoint_id)))
+
+
+@router.patch(
+    "/webhookendpoints/{endpoint_id}",
+    response={200: EndpointOut, **ERRORS},
+    by_alias=True,
+    summary="Change an endpoint's URL, description, event types or alert address",
+)
+def update_endpoint(request, endpoint_id: UUID, payload: EndpointChange):
+    endpoint = services.update_endpoint(endpoint=_own(request, endpoint_id), **payload.model_dump(exclude_unset=True))
+    return Status(200, _endpoint(endpoint))
 
 
 @router.delete("/webhookendpoints/{endpoint_id}", response={204: None, **ERRORS}, summary="Send nothing more to it")

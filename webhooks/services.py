@@ -96,6 +96,33 @@ def create_endpoint(
         )
 
 
+def update_endpoint(
+    *,
+    endpoint: Endpoint,
+    url: str | None = None,
+    description: str | None = None,
+    event_types: list[str] | None = None,
+    alert_email: str | None = None,
+) -> Endpoint:
+    """Change what is given (None: unchanged); a new URL is checked as at registration. Messages
+    already made keep the types they were made for; the new ones follow the new `event_types`."""
+    if event_types is not None:
+        unknown = [t for t in event_types if t not in EVENT_TYPES]
+        if unknown:
+            raise UnknownEventType(unknown)
+        event_types = list(dict.fromkeys(event_types))
+    if url is not None:
+        check_url(url)
+    given = {"url": url, "description": description, "event_types": event_types, "alert_email": alert_email}
+    changed = {name: value for name, value in given.items() if value is not None}
+    with atomic("webhooks"):
+        for name, value in changed.items():
+            setattr(endpoint, name, value)
+        if changed:
+            save_fields(endpoint, list(changed))
+        return endpoint
+
+
 def delete_endpoint(*, endpoint: Endpoint) -> None:
     """The endpoint and everything owed to it: a `webhook.due` still on its way finds nothing."""
     with atomic("webhooks"):

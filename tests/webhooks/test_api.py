@@ -222,3 +222,61 @@ def test_attempts_are_listed_newest_first_a_page_at_a_time(customer):
         "attemptedAt": newest["attemptedAt"],
     }
     assert first["items"][1]["statusCode"] == 500 and first["items"][1]["error"] is None
+
+
+def patch(customer, path, body):
+    return customer.client.patch(f"/api{path}", body, content_type="application/json")
+
+
+def test_an_endpoint_is_changed_field_by_field_and_what_is_left_out_stays(customer):
+    endpoint = created(customer, description="orders", eventTypes=["delivery.delivered"])
+
+    answer = patch(customer, f"/webhookendpoints/{endpoint['id']}", {"alertEmail": "ops@example.com"})
+
+    assert answer.status_code == 200, answer.content
+    changed = customer.get(f"/webhookendpoints/{endpoint['id']}").json()
+    assert changed["alertEmail"] == "ops@example.com" == answer.json()["alertEmail"]
+    assert (changed["description"], changed["eventTypes"], changed["url"]) == ("orders", ["delivery.delivered"], URL)
+    answer = patch(
+        customer,
+        f"/webhookendpoints/{endpoint['id']}",
+        {"url": "http://127.0.0.1:9/other", "eventTypes": [], "alertEmail": "", "description": ""},
+    )
+    assert answer.status_code == 200, answer.content
+    assert {k: answer.json()[k] for k in ("url", "eventTypes", "alertEmail", "description")} == {
+        "url": "http://127.0.0.1:9/other",
+        "eventTypes": [],
+        "alertEmail": None,
+        "description": "",
+    }
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"url": "http://10.0.0.1/hooks"}, "url"),
+        ({"eventTypes": ["delivery.lost"]}, "eventTypes"),
+        ({"alertEmail": "ops at example.com"}, "alertEmail"),
+        ({"description": None}, "description"),
+        ({"secret": "whsec_mine"}, "secret"),
+    ],
+)
+def test_a_change_that_is_not_allowed_is_a_422_naming_its_field_and_changes_nothing(customer, body, field):
+    endpoint = created(customer)  # 127.0.0.0/8 allowed, 10.0.0.0/8 not
+
+    answer = patch(customer, f"/webhookendpoints/{endpoint['id']}", body)
+
+    assert answer.status_code == 422, answer.content
+    assert field in errors_of(answer)
+    assert customer.get(f"/webhookendpoints/{endpoint['id']}").json() == {
+        k: v for k, v in endpoint.items() if k != "secret"
+    }
+
+
+def test_another_customers_endpoint_is_not_changed(customer, other_customer):
+    endpoint = created(customer)
+
+    answer = patch(other_customer, f"/webhookendpoints/{endpoint['id']}", {"description": "mine"})
+
+    assert answer.status_code == 404
+    assert customer.get(f"/webhookendpoints/{endpoint['id']}").json()["description"] == ""
